@@ -1,0 +1,151 @@
+"""The `up` command. Thin: parse flags, resolve the config, call the engine.
+
+Nothing heavy is imported at module level, so `up --help` stays instant.
+"""
+import functools
+import os
+import sys
+
+import click
+
+from .errors import TrainingInterrupted, UserError
+
+
+def run_safely(fn):
+    """User errors: one line, exit 2. Interrupts: their exit code. Bugs: traceback, exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            click.echo(f"up: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except TrainingInterrupted as exc:
+            click.echo(f"up: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("up: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def config_options(fn):
+    fn = click.option("--opts", "opts", multiple=True, metavar="KEY=VALUE",
+                      help="override config values: dotted paths, list indexes, hooks by type "
+                           "(hooks.grad_clipper.kwargs.max_norm=5); values are YAML scalars. Repeatable; "
+                           "several may follow one --opts.")(fn)
+    fn = click.option("--config", "config_path", required=True, metavar="CFG", help="YAML config file")(fn)
+    return fn
+
+
+def _collect_opts(opts, extra):
+    """UP writes `--opts a=1 b=2`: click gives one value per flag, the rest arrive as extras."""
+    out = list(opts)
+    for item in extra:
+        if "=" not in item:
+            raise click.UsageError(f"unexpected argument {item!r} (options take the form KEY=VALUE after --opts)")
+        out.append(item)
+    return out
+
+
+def _resolve(config_path, opts, seed=None):
+    from .config import resolve_config
+
+    extra = [f"runtime.seed={seed}"] if seed is not None else []
+    return resolve_config(config_path, list(opts) + extra)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="up-trainer", prog_name="up")
+def main():
+    """up: YAML-driven training for image classification and object detection."""
+
+
+_ARGS = dict(ignore_unknown_options=False, allow_extra_args=True)
+
+
+@main.command(context_settings=_ARGS)
+@config_options
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="run directory: checkpoints, logs and results resolve against it (default: cwd)")
+@click.option("--resume", "resume", default=None, metavar="CKPT", help="resume exactly from this checkpoint")
+@click.option("-e", "--evaluate", is_flag=True, help="evaluate only (weights from --resume or saver.*)")
+@click.option("--launch", type=click.Choice(["none", "pytorch", "slurm"]), default="none", show_default=True,
+              help="none: one process or torchrun's environment; pytorch: spawn --ng processes; slurm: srun tasks")
+@click.option("--ng", type=click.IntRange(min=1), default=1, show_default=True, help="processes (GPUs) per node")
+@click.option("--nm", type=click.IntRange(min=1), default=1, show_default=True, help="nodes")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="rendezvous port (default: a free one)")
+@click.option("--display", type=click.IntRange(min=1), default=None, help="log every N iterations (overrides freq)")
+@click.option("--seed", type=int, default=None, help="overrides runtime.seed")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="overrides runtime.device")
+@click.pass_context
+@run_safely
+def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device):
+    """Train (or with -e, evaluate) the model a config describes."""
+    from .run import run_train
+
+    opts = _collect_opts(opts, ctx.args)
+    cfg = _resolve(config_path, opts, seed)
+    run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
+              launch=launch, ng=ng, nm=nm, port=port, display=display, device=device)
+
+
+@main.command("eval", context_settings=_ARGS)
+@config_options
+@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint to evaluate")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--no-ema", is_flag=True, help="evaluate the raw weights even when EMA weights are saved")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
+@click.pass_context
+@run_safely
+def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
+    """Evaluate a checkpoint: metrics printed and written as JSON to results_dir."""
+    from .run import run_eval
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device)
+
+
+@main.command("config", context_settings=_ARGS)
+@config_options
+@click.pass_context
+@run_safely
+def config_cmd(ctx, config_path, opts):
+    """Print the resolved, validated config."""
+    import yaml
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    click.echo(yaml.safe_dump(cfg, sort_keys=False), nl=False)
+
+
+@main.command("hooks")
+@click.argument("name", required=False)
+@run_safely
+def hooks_cmd(name):
+    """List every hook with its kwargs, defaults, priority and doc (or one hook in full)."""
+    from .hooks.describe import describe_hooks
+
+    click.echo(describe_hooks(name))
+
+
+@main.command("flops", context_settings=_ARGS)
+@config_options
+@click.option("--input-size", default=None, metavar="C,H,W", help="input size (default: from the test dataset)")
+@click.pass_context
+@run_safely
+def flops_cmd(ctx, config_path, opts, input_size):
+    """Parameters and FLOPs per top-level module (torch.utils.flop_counter)."""
+    from .flops import flops_table
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    click.echo(flops_table(cfg, input_size))
+
+
+def entry():
+    main(prog_name=os.environ.get("UP_PROG_NAME", "up"))
+
+
+if __name__ == "__main__":
+    entry()

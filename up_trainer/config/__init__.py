@@ -1,0 +1,53 @@
+"""Config resolution: file + _base_ + default hooks + --opts, then schema validation."""
+from ..errors import ConfigError, did_you_mean, join_path
+from .loader import load_file, parse_yaml
+from .opts import apply_opts, parse_opt
+from .schema import validate
+
+# Hooks every run gets unless the YAML lists one of the same type or switches it off with
+# ``default_hooks: {logger: null}`` (MMEngine style). Replacing the entry replaces the config.
+DEFAULT_HOOKS = {
+    "logger": {"type": "train_val_logger"},
+    "checkpoint": {"type": "auto_checkpoint"},
+    "best": {"type": "auto_save_best"},
+}
+
+
+def add_default_hooks(cfg):
+    overrides = cfg.pop("default_hooks", None) or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError("default_hooks", "expected a mapping like {logger: null}")
+    hooks = cfg.get("hooks")
+    if hooks is None:
+        hooks = cfg["hooks"] = []
+    if not isinstance(hooks, list):
+        raise ConfigError("hooks", f"expected a list of {{type, kwargs}} entries, got {type(hooks).__name__}")
+    for key in overrides:
+        if key not in DEFAULT_HOOKS:
+            raise ConfigError(join_path("default_hooks", key), "unknown default hook",
+                              did_you_mean(key, DEFAULT_HOOKS) or f"default hooks: {', '.join(DEFAULT_HOOKS)}")
+    listed = {h.get("type") for h in hooks if isinstance(h, dict)}
+    for key, entry in DEFAULT_HOOKS.items():
+        entry = overrides.get(key, entry)
+        if entry is None:
+            continue
+        if not isinstance(entry, dict) or "type" not in entry:
+            raise ConfigError(join_path("default_hooks", key), "expected null or a {type, kwargs} mapping")
+        if entry["type"] not in listed:
+            hooks.append(dict(entry))
+    return cfg
+
+
+def resolve_config(path, opts=()):
+    """The config as the trainer sees it: validated, defaults filled, default hooks listed."""
+    cfg = load_file(path)
+    opts = list(opts or ())
+    # --opts on default_hooks must apply before the defaults are merged into the hook list.
+    early = [o for o in opts if o.split("=", 1)[0].split(".")[0] == "default_hooks"]
+    apply_opts(cfg, early)
+    add_default_hooks(cfg)
+    apply_opts(cfg, [o for o in opts if o not in early])
+    return validate(cfg)
+
+
+__all__ = ["resolve_config", "parse_yaml", "parse_opt", "DEFAULT_HOOKS", "validate"]

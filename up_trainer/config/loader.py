@@ -1,0 +1,109 @@
+"""Read a YAML config: safe_load semantics, ``_base_`` inheritance, ``_delete_`` replacement."""
+import os
+
+import yaml
+
+from ..errors import ConfigError
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen and key != "<<":
+            mark = key_node.start_mark
+            raise ConfigError(f"{mark.name}:{mark.line + 1}", f"duplicate key {key!r} (first at line {seen[key] + 1})")
+        seen[key] = key_node.start_mark.line
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=deep))
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text, source="<string>"):
+    """Parse YAML text with safe_load semantics; errors become one-line ConfigErrors."""
+    try:
+        loader = _UniqueKeyLoader(text)
+        loader.name = source
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        where = f"{source}:{mark.line + 1}" if mark else source
+        tag = exc.problem or ""
+        if "python/" in tag or "!!python" in str(exc):
+            raise ConfigError(where, "python object tags are not allowed in configs (plain YAML values only)") from None
+        raise ConfigError(where, f"unsupported YAML tag: {tag}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(where, f"invalid YAML: {problem}") from None
+
+
+def read_yaml_file(path, what="config file"):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(None, f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(None, f"{what} is a directory, not a file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(None, f"cannot read {what} {path}: {exc}") from None
+    data = parse_yaml(text, source=path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base, override):
+    """Merge ``override`` into a copy of ``base``. Mappings merge key by key; anything else
+    (lists included) replaces. ``_delete_: true`` in a mapping replaces instead of merging."""
+    if not isinstance(base, dict) or not isinstance(override, dict):
+        return override
+    if override.get("_delete_") is True:
+        return {k: v for k, v in override.items() if k != "_delete_"}
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(base[key], value) if key in base else _strip_delete(value)
+    return out
+
+
+def _strip_delete(value):
+    if isinstance(value, dict):
+        return {k: _strip_delete(v) for k, v in value.items() if k != "_delete_"}
+    return value
+
+
+def load_file(path, _stack=()):
+    """Load ``path`` with its ``_base_`` files merged underneath (relative to ``path``)."""
+    real = os.path.realpath(path)
+    if real in _stack:
+        chain = " -> ".join(os.path.basename(p) for p in (*_stack, real))
+        raise ConfigError(f"{path}: _base_", f"inheritance cycle: {chain}")
+    what = "config file" if not _stack else "_base_ file"
+    data = read_yaml_file(path, what)
+    bases = data.pop("_base_", None)
+    if bases is None:
+        return data
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"{path}: _base_", "expected a file name or a list of file names")
+    merged = {}
+    for base in bases:
+        base_path = base if os.path.isabs(base) else os.path.join(os.path.dirname(path), base)
+        if not os.path.exists(base_path):
+            raise ConfigError(f"{path}: _base_", f"_base_ file not found: {base} (looked at {base_path})")
+        merged = deep_merge(merged, load_file(base_path, (*_stack, real)))
+    return deep_merge(merged, data)

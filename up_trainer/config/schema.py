@@ -1,0 +1,182 @@
+"""One declaration per config section; validation fills defaults and names bad key paths.
+
+The README's config reference lists exactly these fields (``up config --reference`` prints it).
+"""
+from ..errors import ConfigError, did_you_mean, join_path
+
+REQUIRED = object()
+_TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}
+
+
+class Field:
+    def __init__(self, types, default=REQUIRED, doc="", choices=None, minimum=None, alias_of=None):
+        self.types = types if isinstance(types, tuple) else (types,)
+        self.default = default
+        self.doc = doc
+        self.choices = choices
+        self.minimum = minimum
+        self.alias_of = alias_of  # UP spelling of another key
+
+    def type_names(self):
+        return "/".join(_TYPE_NAMES[t] for t in self.types)
+
+    def check(self, value, path):
+        ok = isinstance(value, self.types) and not (isinstance(value, bool) and bool not in self.types)
+        if float in self.types and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise ConfigError(path, f"expected {self.type_names()}, got {type(value).__name__} {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(path, f"{value!r} is not one of {', '.join(map(str, self.choices))}",
+                              did_you_mean(value, self.choices))
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise ConfigError(path, f"must be >= {self.minimum}, got {value}")
+
+
+OPT_STR = (str, type(None))
+
+SCHEMAS = {
+    "runtime": {
+        "seed": Field(int, 0, "random seed for torch, numpy and python (also seeds data order)"),
+        "random_seed": Field(int, None, "UP's name for seed", alias_of="seed"),
+        "device": Field(str, "auto", "auto (cuda when available), cpu or cuda", choices=["auto", "cpu", "cuda"]),
+        "fp16": Field(bool, False, "UP switch: float16 autocast + GradScaler (same as amp.enable with dtype float16)"),
+        "amp": Field(dict, {}, "{enable: bool, dtype: float16|bfloat16}"),
+        "deterministic": Field(bool, False, "torch.use_deterministic_algorithms and cudnn.deterministic"),
+        "num_threads": Field((int, type(None)), None, "torch intra-op threads (default: torch's choice)", minimum=1),
+        "imports": Field(list, [], "modules imported before building, so their registrations take effect"),
+        "find_unused_parameters": Field(bool, False, "DDP find_unused_parameters"),
+        "sync_bn": Field(bool, False, "convert BatchNorm to SyncBatchNorm under DDP"),
+        "dist_timeout": Field((int, float), 1800, "seconds a rank waits for the others before failing", minimum=1),
+    },
+    "trainer": {
+        "max_epoch": Field(int, REQUIRED, "number of epochs (1-based, inclusive)", minimum=1),
+        "test_freq": Field(int, 1, "evaluate every test_freq epochs from test_start", minimum=1),
+        "test_start": Field(int, 1, "first epoch that may be evaluated", minimum=1),
+        "save_freq": Field(int, 1, "write ckpt_e{e}.pth every save_freq epochs from save_start", minimum=1),
+        "save_start": Field(int, 1, "first epoch that may be saved as ckpt_e{e}.pth", minimum=1),
+        "save_cur_start": Field(int, -1, "> 0: from this epoch overwrite ckpt_latest.pth every save_cur_freq epochs"),
+        "save_cur_freq": Field(int, 1, "interval of the real-time ckpt_latest.pth save", minimum=1),
+        "only_save_latest": Field(bool, False, "UP: no ckpt_e{e}.pth files, only ckpt_latest.pth every save_latest_freq epochs"),
+        "save_latest_freq": Field(int, 1, "UP: interval for only_save_latest", minimum=1),
+        "optimizer": Field(dict, {"type": "SGD", "kwargs": {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}},
+                           "{type: any torch.optim class, kwargs}"),
+        "lr_scheduler": Field((dict, type(None)), None, "{type, kwargs} plus warmup_* keys; stepped per iteration"),
+        "accumulate": Field(int, 1, "gradient accumulation: micro-batches per optimizer update", minimum=1),
+        "clip_grad": Field((dict, type(None)), None, "shortcut for a grad_clipper hook: its kwargs"),
+    },
+    "saver": {
+        "save_dir": Field(str, "checkpoints", "checkpoint directory (relative to --work-dir)"),
+        "results_dir": Field(str, "results_dir", "evaluation results directory (relative to --work-dir)"),
+        "auto_resume": Field(bool, False, "resume from the newest valid checkpoint in save_dir when there is one"),
+        "resume_model": Field(OPT_STR, None, "full resume (model, optimizer, epoch, hooks...) from this file"),
+        "pretrain_model": Field(OPT_STR, None, "weights only, tolerant: mismatched keys are reported and skipped"),
+        "save_result": Field(bool, True, "write evaluation metrics/results files to results_dir"),
+    },
+    "dataset": {
+        "train": Field((dict, type(None)), None, "{type, kwargs} (or UP's {dataset: {type, kwargs}})"),
+        "test": Field((dict, type(None)), None, "{type, kwargs} (or UP's {dataset: {type, kwargs}})"),
+        "batch_size": Field(int, 32, "training batch size per process", minimum=1),
+        "test_batch_size": Field((int, type(None)), None, "evaluation batch size (default: batch_size)", minimum=1),
+        "num_workers": Field(int, 0, "DataLoader worker processes", minimum=0),
+        "pin_memory": Field(bool, False, "DataLoader pin_memory"),
+        "drop_last": Field(bool, False, "drop the last incomplete training batch"),
+        "evaluator": Field((dict, type(None)), None, "{type, kwargs}; default from the task (imagenet / COCO)"),
+        "batch_sampler": Field(dict, {}, "UP form: {kwargs: {batch_size}}"),
+        "dataloader": Field(dict, {}, "UP form: {kwargs: {num_workers, pin_memory}}"),
+    },
+}
+
+# Sections whose inner structure is checked by the builders that consume them.
+FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict}
+SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
+
+
+def validate_section(name, data):
+    schema = SCHEMAS[name]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(name, f"expected a mapping, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        path = join_path(name, key)
+        if key not in schema:
+            raise ConfigError(path, "unknown key", did_you_mean(key, schema) or f"known keys: {', '.join(schema)}")
+        field = schema[key]
+        if value is None and type(None) not in field.types and field.default is not REQUIRED:
+            value = field.default
+        field.check(value, path)
+        out[field.alias_of or key] = value
+    for key, field in schema.items():
+        if field.alias_of:
+            continue
+        if key not in out:
+            if field.default is REQUIRED:
+                raise ConfigError(join_path(name, key), "required key is missing")
+            out[key] = _copy(field.default)
+    return out
+
+
+def _copy(v):
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
+def validate(cfg):
+    """Check the top level and every declared section; returns a new, normalized dict."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(None, "the config must be a mapping of sections")
+    for key, value in cfg.items():
+        if key not in SECTIONS:
+            raise ConfigError(key, "unknown section", did_you_mean(key, SECTIONS) or f"sections: {', '.join(SECTIONS)}")
+        if key in FREE_SECTIONS and value is not None and not isinstance(value, FREE_SECTIONS[key]):
+            want = FREE_SECTIONS[key]
+            names = "/".join(_TYPE_NAMES[t] for t in (want if isinstance(want, tuple) else (want,)))
+            raise ConfigError(key, f"expected {names}, got {type(value).__name__}")
+    out = {k: v for k, v in cfg.items() if k in FREE_SECTIONS}
+    for name in SCHEMAS:
+        out[name] = validate_section(name, cfg.get(name))
+    _normalize_dataset(out["dataset"])
+    out.setdefault("hooks", [])
+    if out["hooks"] is None:
+        out["hooks"] = []
+    if "net" not in out or out["net"] is None:
+        raise ConfigError("net", "required section is missing", "e.g. net: {type: resnet18, kwargs: {num_classes: 10}}")
+    return out
+
+
+def _normalize_dataset(ds):
+    """Fold UP's nested forms into the flat keys so one code path reads them."""
+    for split in ("train", "test"):
+        entry = ds.get(split)
+        if isinstance(entry, dict) and "dataset" in entry and "type" not in entry:
+            extra = set(entry) - {"dataset"}
+            if extra:
+                key = sorted(extra)[0]
+                raise ConfigError(f"dataset.{split}.{key}", "unknown key", "UP form is {dataset: {type, kwargs}}")
+            ds[split] = entry["dataset"]
+    for key in ("batch_sampler", "dataloader"):
+        section = ds.pop(key) or {}
+        kwargs = section.get("kwargs", {}) if isinstance(section, dict) else {}
+        allowed = {"batch_sampler": {"batch_size", "sampler"},
+                   "dataloader": {"num_workers", "pin_memory"}}[key]
+        for k, v in (kwargs or {}).items():
+            if k not in allowed:
+                raise ConfigError(f"dataset.{key}.kwargs.{k}", "unknown key", did_you_mean(k, allowed))
+            if k != "sampler":
+                SCHEMAS["dataset"][k].check(v, f"dataset.{key}.kwargs.{k}")
+                ds[k] = v
+    if ds["train"] is None and ds["test"] is None:
+        raise ConfigError("dataset", "needs at least one of train / test")
+
+
+def reference_rows():
+    """(section, key, types, default, doc) for the README config reference."""
+    for section, schema in SCHEMAS.items():
+        for key, f in schema.items():
+            default = "required" if f.default is REQUIRED else repr(f.default)
+            yield section, key, f.type_names(), default, f.doc

@@ -1,0 +1,83 @@
+"""DataLoaders whose every random choice is a function of (seed, epoch, sample index).
+
+Augmentations draw from a torch generator seeded per sample, so the same sample gets the
+same augmentation whether it is loaded in the main process or a worker, in an uninterrupted
+run or after a mid-epoch resume. The global RNG is never touched by data loading.
+"""
+import math
+
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from .sampler import ResumableSampler
+
+
+class SeededDataset(Dataset):
+    def __init__(self, dataset, seed):
+        self.dataset = dataset
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        sample_seed = (self.seed * 1_000_003 + self.epoch) * 10_000_019 + index
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sample_seed % (2**63))
+            return self.dataset[index]
+
+
+def collate_fn_of(dataset):
+    return getattr(dataset, "collate_fn", None) or default_collate
+
+
+class LoaderFactory:
+    """Builds the per-epoch training loader and the evaluation loader for one dataset pair."""
+
+    def __init__(self, ds_cfg, train_set, test_set, seed, rank=0, world_size=1):
+        self.cfg = ds_cfg
+        self.train_set = train_set
+        self.test_set = test_set
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self._seeded = SeededDataset(train_set, seed) if train_set is not None else None
+
+    def _common(self):
+        nw = self.cfg["num_workers"]
+        return dict(num_workers=nw, pin_memory=self.cfg["pin_memory"], persistent_workers=False)
+
+    def epoch_len(self):
+        sampler = ResumableSampler(len(self.train_set), rank=self.rank, world_size=self.world_size)
+        n = sampler.shard_len()
+        bs = self.cfg["batch_size"]
+        return n // bs if self.cfg["drop_last"] else math.ceil(n / bs)
+
+    def train_loader(self, epoch, start_batch=0):
+        sampler = ResumableSampler(len(self.train_set), shuffle=True, seed=self.seed,
+                                   rank=self.rank, world_size=self.world_size)
+        sampler.set_epoch(epoch, start_batch * self.cfg["batch_size"])
+        self._seeded.epoch = epoch
+        # An explicit generator keeps DataLoader from drawing its base seed from the global RNG.
+        gen = torch.Generator().manual_seed(self.seed + epoch)
+        return DataLoader(self._seeded, batch_size=self.cfg["batch_size"], sampler=sampler,
+                          drop_last=self.cfg["drop_last"], collate_fn=collate_fn_of(self.train_set),
+                          generator=gen, **self._common())
+
+    def test_loader(self):
+        sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
+                                   world_size=self.world_size, pad=False)
+        bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
+        return DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=collate_fn_of(self.test_set),
+                          generator=torch.Generator().manual_seed(self.seed), **self._common())
+
+
+def to_device(obj, device, non_blocking=False):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device, non_blocking) for v in obj)
+    return obj

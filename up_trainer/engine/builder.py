@@ -1,0 +1,177 @@
+"""Build a ready-to-run Trainer from a validated config, and pick what to resume from."""
+import logging
+import os
+
+import torch
+
+from ..errors import CheckpointError, ConfigError, join_path
+from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
+from .checkpoint import CheckpointStore, load_checkpoint, load_weights
+from .distributed import DistInfo
+from .rng import seed_everything
+
+log = logging.getLogger("up")
+
+
+def resolve_path(path, work_dir):
+    """Relative config paths resolve against --work-dir when given, else the current directory."""
+    if path is None or os.path.isabs(path):
+        return path
+    return os.path.join(work_dir or os.getcwd(), path)
+
+
+def pick_device(flag, runtime_cfg):
+    choice = flag or runtime_cfg["device"]
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("runtime.device" if not flag else "--device", "cuda requested but no CUDA device is available")
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def build_dataset(entry, path, evaluator_cfg_out=None):
+    if entry is None:
+        return None
+    from ..tasks.transforms import build_transforms  # noqa: F401  (registers transform names)
+
+    entry = dict(entry)
+    kwargs = dict(entry.get("kwargs") or {})
+    if "evaluator" in kwargs:  # UP keeps the evaluator inside the test dataset's kwargs
+        if evaluator_cfg_out is not None:
+            evaluator_cfg_out.append((kwargs.pop("evaluator"), join_path(path, "kwargs.evaluator")))
+        else:
+            kwargs.pop("evaluator")
+    entry["kwargs"] = kwargs
+    return DATASETS.build(entry, path)
+
+
+def build_hooks(entries, path="hooks"):
+    from ..hooks.base import HookList, parse_priority
+
+    hooks = HookList()
+    for i, entry in enumerate(entries):
+        p = join_path(path, i)
+        if not isinstance(entry, dict):
+            raise ConfigError(p, f"expected a {{type, kwargs}} mapping, got {type(entry).__name__}")
+        prio = parse_priority(entry["priority"], join_path(p, "priority")) if "priority" in entry else None
+        hook = HOOKS.build(entry, p)
+        hooks.add(hook, priority=prio, name=entry["type"])
+    return hooks
+
+
+def build_evaluator(cfg, test_set, up_form):
+    ev_cfg = cfg["dataset"].get("evaluator")
+    path = "dataset.evaluator"
+    if ev_cfg is None and up_form:
+        ev_cfg, path = up_form[0]
+    if ev_cfg is None:
+        ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
+    return EVALUATORS.build(ev_cfg, path)
+
+
+def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
+    """Everything a run needs, constructed in an order that keeps RNG use deterministic."""
+    from ..data.loader import LoaderFactory
+    from ..tasks.net import build_model
+    from .optim import Optimization
+    from .trainer import Trainer
+
+    rt = cfg["runtime"]
+    import_user_modules(rt["imports"])
+    if rt["num_threads"]:
+        torch.set_num_threads(rt["num_threads"])
+    if rt["deterministic"]:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    dist = DistInfo()
+    seed_everything(rt["seed"] + dist.rank)
+    device = pick_device(device, rt)
+    hooks = build_hooks(cfg["hooks"])  # first: a hook typo fails before any slow work
+
+    ds = cfg["dataset"]
+    up_eval = []
+    train_set = build_dataset(ds["train"], "dataset.train", up_eval)
+    test_set = build_dataset(ds["test"], "dataset.test", up_eval)
+    evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None
+    loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size)
+
+    seed_everything(rt["seed"])  # identical initial weights on every rank
+    model = build_model(cfg["net"]).to(device)
+    optim = None
+    if with_optim and train_set is not None:
+        optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len())
+    elif with_optim:
+        raise ConfigError("dataset.train", "training needs a train dataset")
+    if dist.enabled:
+        model = wrap_ddp(model, device, rt)
+    seed_everything(rt["seed"] + dist.rank)
+    save_dir = resolve_path(cfg["saver"]["save_dir"], work_dir)
+    trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, evaluator=evaluator, hooks=hooks,
+                      store=CheckpointStore(save_dir), device=device, dist=dist,
+                      run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
+    return trainer
+
+
+def wrap_ddp(model, device, rt):
+    if rt["sync_bn"]:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                     find_unused_parameters=rt["find_unused_parameters"])
+
+
+def restore(trainer, resume=None, work_dir=None):
+    """Apply the resume rules: --resume > auto_resume > resume_model > pretrain_model."""
+    saver = trainer.cfg["saver"]
+    if resume:
+        return _full_resume(trainer, resume, "--resume")
+    if saver["auto_resume"]:
+        path, ckpt = trainer.store.find_resumable()
+        if ckpt is not None:
+            trainer.load_checkpoint(ckpt, path)
+            return path
+        log.info("auto_resume: no checkpoint in %s, starting fresh", trainer.store.save_dir)
+    if saver["resume_model"]:
+        return _full_resume(trainer, resolve_path(saver["resume_model"], work_dir), "saver.resume_model")
+    if saver["pretrain_model"]:
+        path = resolve_path(saver["pretrain_model"], work_dir)
+        load_pretrained(trainer.module, path)
+        return None
+    return None
+
+
+def _full_resume(trainer, path, source):
+    try:
+        ckpt = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
+    trainer.load_checkpoint(ckpt, path)
+    return path
+
+
+def load_pretrained(module, path):
+    """Weights only, tolerant: every skipped or mismatched key is reported."""
+    try:
+        weights = load_weights(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"saver.pretrain_model: {exc}") from None
+    own = module.state_dict()
+    usable, mismatched = {}, []
+    for k, v in weights.items():
+        if k in own and own[k].shape != v.shape:
+            mismatched.append(f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}")
+        elif k in own:
+            usable[k] = v
+    missing = [k for k in own if k not in usable and k not in {m.split(' ')[0] for m in mismatched}]
+    unexpected = [k for k in weights if k not in own]
+    module.load_state_dict(usable, strict=False)
+    log.info("pretrain_model %s: loaded %d/%d tensors", path, len(usable), len(own))
+    for title, keys in (("missing", missing), ("unexpected", unexpected), ("shape-mismatched", mismatched)):
+        if keys:
+            log.warning("pretrain_model: %d %s keys: %s", len(keys), title, ", ".join(keys[:20]) +
+                        (" ..." if len(keys) > 20 else ""))

@@ -1,0 +1,212 @@
+"""Checkpoint files: names, atomic writes, the latest pointer, validation and discovery.
+
+Every file is written to a temporary name in the same directory, flushed and fsynced, moved
+over the final name with os.replace, and the directory is fsynced; a final name never holds a
+partial file. Extra names for the same state (ckpt_latest.pth, ckpt_best.pth) are hard links
+(a copy where the filesystem has none), swapped in with os.replace too, so they never dangle.
+"""
+import io
+import logging
+import os
+import re
+import shutil
+import zipfile
+
+import torch
+
+from ..errors import CheckpointError
+
+log = logging.getLogger("up")
+
+LATEST = "ckpt_latest.pth"
+BEST = "ckpt_best.pth"
+FORMAT = "up-trainer/1"
+REQUIRED_KEYS = ("format", "model", "epoch", "iter")
+_NAME_RE = re.compile(r"^ckpt_e(\d+)(?:-i(\d+))?\.pth$")
+
+
+def epoch_name(epoch):
+    return f"ckpt_e{epoch}.pth"
+
+
+def interrupt_name(epoch, iteration):
+    return f"ckpt_e{epoch}-i{iteration}.pth"
+
+
+def parse_name(name):
+    """(epoch, iter or None) for ckpt_e{e}.pth / ckpt_e{e}-i{i}.pth, else None."""
+    m = _NAME_RE.match(name)
+    if not m:
+        return None
+    return int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories
+    finally:
+        os.close(fd)
+
+
+def _tmp_path(final):
+    d, base = os.path.split(final)
+    return os.path.join(d, f".{base}.tmp{os.getpid()}")
+
+
+def atomic_write_bytes(final, write):
+    """Call ``write(fileobj)`` on a temp file next to ``final`` and swap it in atomically."""
+    tmp = _tmp_path(final)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}") from None
+        raise
+    _fsync_dir(os.path.dirname(final) or ".")
+
+
+def atomic_link(src, final):
+    """Make ``final`` name the same content as ``src`` (hard link, else copy), atomically."""
+    if os.path.abspath(src) == os.path.abspath(final):
+        return
+    tmp = _tmp_path(final)
+    try:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}") from None
+    _fsync_dir(os.path.dirname(final) or ".")
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """Load and validate a checkpoint; any problem is one CheckpointError line naming the file."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if os.path.isdir(path):
+        raise CheckpointError(f"checkpoint path is a directory: {path}")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = "truncated or corrupt" if "zip" in first.lower() or "eof" in first.lower() else "unreadable"
+        raise CheckpointError(f"checkpoint {path} is {reason} ({size} bytes): {first}") from None
+    except Exception as exc:  # pickle.UnpicklingError from weights_only: foreign objects
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"checkpoint {path} holds objects a safe load refuses: {first}") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path} is not an up-trainer checkpoint (a {type(ckpt).__name__}, not a dict)")
+    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
+    if missing:
+        if "format" in missing and ("state_dict" in ckpt or "model" not in ckpt):
+            raise CheckpointError(f"{path} is not an up-trainer checkpoint (keys: {', '.join(list(ckpt)[:8])}); "
+                                  "use saver.pretrain_model to load foreign weights")
+        raise CheckpointError(f"{path} is not a complete up-trainer checkpoint: missing {', '.join(missing)}")
+    return ckpt
+
+
+def load_weights(path):
+    """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"weights file not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot load weights from {path}: {first}") from None
+    if isinstance(obj, dict):
+        for key in ("model", "state_dict", "model_state_dict"):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+    return obj
+
+
+def to_bytes(ckpt):
+    buf = io.BytesIO()
+    torch.save(ckpt, buf)
+    return buf.getvalue()
+
+
+class CheckpointStore:
+    """Owns save_dir: writes a state once under every name it is due, keeps latest current."""
+
+    def __init__(self, save_dir):
+        self.save_dir = save_dir
+
+    def path(self, name):
+        return os.path.join(self.save_dir, name)
+
+    def save(self, ckpt, names):
+        """Write ``ckpt`` under ``names`` (first written, the rest linked); latest follows."""
+        if not names:
+            return []
+        os.makedirs(self.save_dir, exist_ok=True)
+        ckpt = dict(ckpt, format=FORMAT)
+        first = self.path(names[0])
+        atomic_write_bytes(first, lambda f: torch.save(ckpt, f))
+        for name in names[1:]:
+            atomic_link(first, self.path(name))
+        if LATEST not in names:
+            atomic_link(first, self.path(LATEST))
+        return [self.path(n) for n in names]
+
+    def candidates(self):
+        """Checkpoint files in save_dir, newest first (latest pointer first on ties)."""
+        if not os.path.isdir(self.save_dir):
+            return []
+        files = []
+        for name in os.listdir(self.save_dir):
+            if name.endswith(".pth") and name.startswith("ckpt_") and not name.startswith("."):
+                p = self.path(name)
+                files.append((os.path.getmtime(p), name == LATEST, p))
+        files.sort(reverse=True)
+        return [p for _, _, p in files]
+
+    def find_resumable(self):
+        """(path, ckpt) of the newest checkpoint that loads, skipping broken ones with a warning."""
+        for p in self.candidates():
+            try:
+                return p, load_checkpoint(p)
+            except CheckpointError as exc:
+                log.warning("auto_resume: skipping %s", exc)
+        return None, None
+
+    def epoch_checkpoints(self):
+        """[(epoch, path)] of ckpt_e{e}.pth files, oldest first (for rotation)."""
+        out = []
+        if os.path.isdir(self.save_dir):
+            for name in os.listdir(self.save_dir):
+                parsed = parse_name(name)
+                if parsed and parsed[1] is None:
+                    out.append((parsed[0], self.path(name)))
+        return sorted(out)

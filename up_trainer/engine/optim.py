@@ -1,0 +1,138 @@
+"""Optimizer, LR schedule, AMP and gradient accumulation: everything between loss and step.
+
+The trainer calls, per micro-batch: ``with optim.step_context(model, is_update):`` around
+forward+backward, ``optim.backward(loss, group_size)``, and ``optim.step()`` when
+``is_update``. Hooks that touch gradients (grad_clipper) call ``optim.unscale_()`` first.
+"""
+import contextlib
+import logging
+
+import torch
+
+from ..errors import ConfigError, did_you_mean
+
+log = logging.getLogger("up")
+
+
+def optimizer_class(name, path):
+    cls = getattr(torch.optim, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        names = sorted(n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+                       and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer")
+        raise ConfigError(path, f"unknown optimizer {name!r}", did_you_mean(name, names) or f"known: {', '.join(names)}")
+    return cls
+
+
+def build_optimizer(model, cfg, path="trainer.optimizer"):
+    from ..registry import check_kwargs
+    from .param_groups import build_param_groups
+
+    if "type" not in cfg:
+        raise ConfigError(path, "missing 'type' (e.g. SGD, AdamW)")
+    extra = set(cfg) - {"type", "kwargs", "paramwise_cfg", "pconfig"}
+    if extra:
+        key = sorted(extra)[0]
+        raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, ["type", "kwargs", "paramwise_cfg"]))
+    cls = optimizer_class(cfg["type"], f"{path}.type")
+    kwargs = dict(cfg.get("kwargs") or {})
+    check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
+    groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg") or cfg.get("pconfig"), f"{path}.paramwise_cfg")
+    try:
+        return cls(groups, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}.kwargs", str(exc)) from None
+
+
+class Optimization:
+    def __init__(self, model, trainer_cfg, runtime_cfg, device, iters_per_epoch):
+        self.optimizer = build_optimizer(model, trainer_cfg["optimizer"])
+        self.accumulate = trainer_cfg["accumulate"]
+        self.updates_per_epoch = -(-iters_per_epoch // self.accumulate)
+        from .lr_schedulers import build_lr_scheduler
+
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, trainer_cfg.get("lr_scheduler"),
+                                               self.updates_per_epoch, trainer_cfg["max_epoch"])
+        self.device_type = device.type
+        self.amp_dtype = amp_dtype(runtime_cfg)
+        fp16 = self.amp_dtype is torch.float16
+        self.scaler = torch.amp.GradScaler(self.device_type, enabled=fp16) if fp16 else None
+        self._unscaled = False
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.amp_dtype)
+
+    @staticmethod
+    def step_context(model, is_update):
+        """DDP: skip the gradient all-reduce on micro-steps that do not update."""
+        if not is_update and hasattr(model, "no_sync"):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    def is_update(self, epoch_iter, epoch_len):
+        """Micro-batch ``epoch_iter`` (0-based) closes an accumulation group."""
+        return (epoch_iter + 1) % self.accumulate == 0 or epoch_iter + 1 == epoch_len
+
+    def group_size(self, epoch_iter, epoch_len):
+        """Real size of the accumulation group holding ``epoch_iter``: the last one may be short."""
+        start = epoch_iter - epoch_iter % self.accumulate
+        return min(self.accumulate, epoch_len - start)
+
+    def backward(self, loss, group_size=1):
+        loss = loss / group_size if group_size > 1 else loss
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def unscale_(self):
+        """Bring gradients to their true scale (idempotent within one update)."""
+        if self.scaler is not None and not self._unscaled:
+            self.scaler.unscale_(self.optimizer)
+            self._unscaled = True
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self._unscaled = False
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+
+    def lr(self):
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self):
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+
+    def load_state_dict(self, ckpt):
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.lr_scheduler is not None and ckpt.get("lr_scheduler") is not None:
+            self.lr_scheduler.load_state_dict(ckpt["lr_scheduler"])
+        if self.scaler is not None and ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+
+
+def amp_dtype(runtime_cfg):
+    """None (fp32), torch.float16 or torch.bfloat16 from runtime.fp16 / runtime.amp."""
+    amp = runtime_cfg.get("amp") or {}
+    unknown = set(amp) - {"enable", "dtype"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"runtime.amp.{key}", "unknown key", did_you_mean(key, ["enable", "dtype"]))
+    if runtime_cfg.get("fp16"):
+        return torch.float16
+    if not amp.get("enable", False):
+        return None
+    dtype = amp.get("dtype", "float16")
+    choices = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in choices:
+        raise ConfigError("runtime.amp.dtype", f"unknown dtype {dtype!r}", "use float16 or bfloat16")
+    return choices[dtype]

@@ -1,0 +1,184 @@
+"""The epoch loop and event dispatch, nothing else: every feature is a hook.
+
+Order at the end of epoch e: after_epoch(e) -> [evaluate] -> one checkpoint state written
+under every name due (ckpt_e{e}.pth, ckpt_latest.pth, names hooks requested such as
+ckpt_best.pth). Interrupt snapshots come from hooks via :meth:`save_checkpoint`.
+"""
+import logging
+
+import torch
+
+from ..data.loader import to_device
+from ..errors import TrainingInterrupted
+from . import schedule
+from .checkpoint import LATEST, epoch_name
+from .rng import rng_state, set_rng_state
+from .state import TrainState
+
+log = logging.getLogger("up")
+
+
+def sum_losses(outputs):
+    losses = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)]
+    if not losses:
+        raise RuntimeError(f"the model returned no '*loss*' output in training mode (keys: {sorted(outputs)})")
+    return sum(losses)
+
+
+class Trainer:
+    """Built by :func:`up_trainer.engine.builder.build_trainer`; see its docstring for fields."""
+
+    def __init__(self, *, cfg, model, optim, loaders, evaluator, hooks, store, device, dist, run_dir,
+                 results_dir, ema=None):
+        self.cfg = cfg
+        self.trainer_cfg = cfg["trainer"]
+        self.model = model  # possibly DDP-wrapped; `self.module` is the bare model
+        self.optim = optim
+        self.loaders = loaders
+        self.evaluator = evaluator
+        self.hooks = hooks
+        self.store = store
+        self.device = device
+        self.dist = dist
+        self.run_dir = run_dir
+        self.results_dir = results_dir
+        self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
+        self.state = TrainState()
+        self.state.epoch_len = loaders.epoch_len() if loaders.train_set is not None else 0
+        self.pending_saves = []  # extra checkpoint names hooks asked for at this epoch's end
+        self.did_update = False  # whether the last iteration stepped the optimizer
+        self.outputs = {}  # last training outputs (losses), for logging hooks
+
+    @property
+    def module(self):
+        return getattr(self.model, "module", self.model)
+
+    @property
+    def max_epoch(self):
+        return self.trainer_cfg["max_epoch"]
+
+    # -- the loop -------------------------------------------------------------------------
+    def train(self):
+        st = self.state
+        log.info("hook order per event:\n%s", self.hooks.order_table())
+        self.hooks.call("before_train", self)
+        try:
+            while not (st.epoch_done and st.epoch >= self.max_epoch):
+                if st.epoch_done:
+                    st.next_epoch()
+                self.train_epoch()
+                self.finish_epoch()
+        except TrainingInterrupted:
+            raise
+        except BaseException as exc:
+            self.hooks.call("on_exception", self, exc)
+            raise
+        self.hooks.call("after_train", self)
+
+    def train_epoch(self):
+        st = self.state
+        loader = self.loaders.train_loader(st.epoch, start_batch=st.epoch_iter)
+        self.model.train()
+        self.hooks.call("before_epoch", self, st.epoch)
+        batches = iter(loader)
+        while st.epoch_iter < st.epoch_len:
+            self.hooks.call("before_data", self, st.iter + 1)
+            batch = next(batches)
+            self.train_iter(batch)
+        del batches
+
+    def train_iter(self, batch):
+        st, optim, it = self.state, self.optim, self.state.iter + 1
+        is_update = optim.is_update(st.epoch_iter, st.epoch_len)
+        self.hooks.call("before_forward", self, it, batch)
+        batch = to_device(batch, self.device, non_blocking=True)
+        with optim.step_context(self.model, is_update):
+            with optim.autocast():
+                outputs = self.model(batch)
+            self.hooks.call("after_forward", self, it, outputs)
+            loss = sum_losses(outputs)
+            optim.backward(loss, optim.group_size(st.epoch_iter, st.epoch_len))
+        self.outputs = outputs
+        self.hooks.call("after_backward", self, it, loss)
+        if is_update:
+            optim.step()
+        self.did_update = is_update
+        st.iter, st.epoch_iter = it, st.epoch_iter + 1
+        self.hooks.call("after_update", self, it)
+
+    def finish_epoch(self):
+        st, t = self.state, self.trainer_cfg
+        self.hooks.call("after_epoch", self, st.epoch)
+        if self.loaders.test_set is not None and schedule.should_eval(st.epoch, t):
+            self.evaluate()
+        names = [epoch_name(st.epoch)] if schedule.should_save(st.epoch, t) else []
+        if schedule.should_save_cur(st.epoch, t):
+            names.append(LATEST)
+        names += [n for n in self.pending_saves if n not in names]
+        self.pending_saves = []
+        st.epoch_done = True
+        if names:
+            self.save_checkpoint(names)
+
+    # -- evaluation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self):
+        self.hooks.call("before_eval", self)
+        was_training = self.model.training
+        self.model.eval()
+        self.evaluator.reset()
+        for batch in self.loaders.test_loader():
+            batch = to_device(batch, self.device, non_blocking=True)
+            with self.optim.autocast() if self.optim else torch.autocast("cpu", enabled=False):
+                outputs = self.module(batch)
+            self.evaluator.process(batch, outputs)
+        results = self.dist.gather_results(self.evaluator.results())
+        metrics = self.evaluator.evaluate(results) if self.dist.is_main else {}
+        metrics = self.dist.broadcast_object(metrics)
+        self.state.metrics = metrics
+        self.last_results = results
+        self.model.train(was_training)
+        self.hooks.call("after_eval", self, metrics)
+        return metrics
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint_dict(self):
+        ckpt = {
+            "model": self.module.state_dict(),
+            **(self.optim.state_dict() if self.optim else {}),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "epoch": self.state.epoch,
+            "iter": self.state.iter,
+            "state": self.state.state_dict(),
+            "hooks": self.hooks.state_dict(),
+            "rng": rng_state(),
+            "metric_val": None,
+            "config": self.cfg,
+        }
+        self.hooks.call("before_save_checkpoint", self, ckpt)
+        return ckpt
+
+    def save_checkpoint(self, names):
+        """Write the current state under ``names`` (rank 0 only; every rank waits)."""
+        paths = []
+        if self.dist.is_main:
+            paths = self.store.save(self.checkpoint_dict(), list(names))
+            log.info("saved %s", ", ".join(paths))
+        self.dist.barrier()
+        return paths
+
+    def load_checkpoint(self, ckpt, path="checkpoint"):
+        """Full resume: model, optimizer, schedule, scaler, EMA, position, hooks, RNG."""
+        self.module.load_state_dict(ckpt["model"])
+        if self.optim is not None and ckpt.get("optimizer") is not None:
+            self.optim.load_state_dict(ckpt)
+        if self.ema is not None and ckpt.get("ema") is not None:
+            self.ema.load_state_dict(ckpt["ema"])
+        self.state.load_state_dict(ckpt.get("state") or {"epoch": ckpt["epoch"], "iter": ckpt["iter"]})
+        self.hooks.load_state_dict(ckpt.get("hooks") or {})
+        if ckpt.get("rng") is not None:
+            set_rng_state(ckpt["rng"])
+        self.hooks.call("after_load_checkpoint", self, ckpt)
+        st = self.state
+        where = "end of epoch" if st.epoch_done else f"epoch {st.epoch} batch {st.epoch_iter}/{st.epoch_len} of"
+        log.info("resumed from %s at %s %d (iteration %d)", path, where, st.epoch, st.iter)

@@ -1,0 +1,60 @@
+"""User-facing errors.
+
+Anything the user can fix by editing YAML, CLI flags, data files or by pointing at another
+checkpoint raises a subclass of :class:`UserError`. The CLI prints its one-line message and
+exits with code 2; nothing else is ever shown as a traceback for these.
+"""
+import difflib
+
+
+class UserError(Exception):
+    """An error caused by input the user controls. Exit code 2, no traceback."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """A bad configuration value. ``path`` is the YAML key path, e.g. ``hooks[2].kwargs.max_norm``."""
+
+    def __init__(self, path, message, hint=None):
+        self.path = path
+        self.message = message
+        self.hint = hint
+        text = f"{path}: {message}" if path else message
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, truncated, corrupt or not ours."""
+
+
+class DataError(UserError):
+    """A data file or record that cannot be used."""
+
+
+class TrainingInterrupted(Exception):
+    """Raised at an iteration boundary after an interrupt snapshot was written.
+
+    ``exit_code`` is 130 for SIGINT and 143 for SIGTERM, as a shell reports them.
+    """
+
+    def __init__(self, exit_code, message=""):
+        self.exit_code = exit_code
+        super().__init__(message or f"training interrupted (exit {exit_code})")
+
+
+def did_you_mean(name, choices, n=3):
+    """A ``did you mean 'x'?`` hint for a misspelt name, or None when nothing is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=n, cutoff=0.6)
+    if not close:
+        return None
+    return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def join_path(path, key):
+    """Extend a YAML key path: ``join_path('hooks', 2) == 'hooks[2]'``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)

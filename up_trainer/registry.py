@@ -1,0 +1,194 @@
+"""One Registry class for everything built by type name from YAML.
+
+Providers (the modules whose import registers the built-in entries) are imported on the
+first lookup, so ``up --help`` never imports torch. User code joins through
+``runtime.imports: [my_pkg.hooks]`` or the ``up_trainer.plugins`` entry-point group.
+"""
+import importlib
+import inspect
+import typing
+
+from .errors import ConfigError, did_you_mean, join_path
+
+ENTRY_POINT_GROUP = "up_trainer.plugins"
+_plugins_loaded = False
+
+
+def load_plugins():
+    """Import every module advertised in the ``up_trainer.plugins`` entry-point group once."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def import_user_modules(modules, path="runtime.imports"):
+    """Import ``runtime.imports`` so their ``@REGISTRY.register`` decorators run."""
+    for i, name in enumerate(modules or []):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(join_path(path, i), f"cannot import module {name!r}: {exc}") from None
+
+
+class Registry:
+    def __init__(self, kind, providers=()):
+        self.kind = kind  # "hook", "model", ... used in messages
+        self._providers = list(providers)
+        self._entries = {}
+        self._aliases = {}
+
+    # -- registration ------------------------------------------------------------------
+    def register(self, name=None, aliases=()):
+        """Decorator: ``@HOOKS.register('grad_clipper')``."""
+
+        def wrap(obj):
+            key = name or obj.__name__
+            if key in self._entries and self._entries[key] is not obj:
+                raise KeyError(f"{self.kind} {key!r} is registered twice")
+            self._entries[key] = obj
+            for alias in aliases:
+                self._aliases[alias] = key
+            return obj
+
+        return wrap
+
+    def _load(self):
+        while self._providers:
+            module = self._providers.pop(0)
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:  # a provider that exists but fails to import is a bug
+                    raise
+        load_plugins()
+
+    # -- lookup -------------------------------------------------------------------------
+    def names(self):
+        self._load()
+        return sorted(self._entries)
+
+    def __contains__(self, name):
+        self._load()
+        return name in self._entries or name in self._aliases
+
+    def get(self, name, path=None):
+        self._load()
+        name = self._aliases.get(name, name)
+        if name in self._entries:
+            return self._entries[name]
+        choices = sorted(set(self._entries) | set(self._aliases))
+        hint = did_you_mean(name, choices)
+        msg = f"unknown {self.kind} type {name!r}"
+        if hint:
+            msg += f"; {hint}"
+        raise ConfigError(path, msg, f"known: {', '.join(choices)}")
+
+    # -- building -------------------------------------------------------------------------
+    def build(self, cfg, path="", **extra):
+        """Build ``{type, kwargs}``. ``extra`` are keyword arguments supplied by the program
+        (e.g. the number of classes), not by the user; they are not checked against the YAML."""
+        if not isinstance(cfg, dict):
+            raise ConfigError(path, f"expected a mapping with 'type' and 'kwargs', got {type(cfg).__name__}")
+        unknown = set(cfg) - {"type", "kwargs", "priority", "name"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise ConfigError(join_path(path, key), "unknown key", did_you_mean(key, ["type", "kwargs"]))
+        if "type" not in cfg:
+            raise ConfigError(path, "missing 'type'")
+        obj = self.get(cfg["type"], join_path(path, "type"))
+        kwargs = cfg.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(join_path(path, "kwargs"), f"expected a mapping, got {type(kwargs).__name__}")
+        kwpath = join_path(path, "kwargs")
+        check_kwargs(obj, kwargs, kwpath, provided=set(extra))
+        try:
+            return obj(**kwargs, **extra)
+        except ConfigError as exc:
+            # Constructors raise ConfigError with a path relative to their kwargs.
+            raise ConfigError(join_path(kwpath, exc.path) if exc.path else kwpath, exc.message, exc.hint) from None
+        except ValueError as exc:
+            raise ConfigError(kwpath, str(exc)) from None
+
+
+def signature_of(obj):
+    return inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+
+
+def public_params(obj):
+    """(name, Parameter) pairs a user may set, without self/*args/**kwargs."""
+    out = []
+    for name, p in signature_of(obj).parameters.items():
+        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out.append((name, p))
+    return out
+
+
+_SIMPLE_TYPES = {int: (int,), float: (int, float), bool: (bool,), str: (str,), list: (list, tuple), dict: (dict,)}
+
+
+def _accepted_types(annotation):
+    """Python types a YAML value may have for this annotation, or None when unchecked."""
+    if annotation in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[annotation]
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple):
+        return (list, tuple)
+    if origin is dict:
+        return (dict,)
+    if origin is typing.Union:
+        accepted = []
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                accepted.append(type(None))
+                continue
+            sub = _accepted_types(arg)
+            if sub is None:
+                return None
+            accepted.extend(sub)
+        return tuple(accepted)
+    return None
+
+
+def _type_ok(value, accepted):
+    if isinstance(value, bool) and bool not in accepted:
+        return False  # YAML `true` is not a number
+    return isinstance(value, accepted)
+
+
+def check_kwargs(obj, kwargs, path, provided=()):
+    """Compare YAML kwargs with the constructor signature before constructing anything."""
+    sig = signature_of(obj)
+    params = dict(public_params(obj))
+    has_var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+    try:
+        hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+    except Exception:  # unresolvable forward references: skip type checks
+        hints = {}
+    for key, value in kwargs.items():
+        if key not in params:
+            if has_var_kw:
+                continue
+            raise ConfigError(join_path(path, key), "unknown argument",
+                              did_you_mean(key, params) or f"accepted: {', '.join(params) or 'none'}")
+        accepted = _accepted_types(hints.get(key))
+        if accepted is not None and not _type_ok(value, accepted):
+            names = "/".join(sorted({t.__name__ for t in accepted}))
+            raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__} {value!r}")
+    for key, p in params.items():
+        if p.default is p.empty and key not in kwargs and key not in provided:
+            raise ConfigError(join_path(path, key), "required argument is missing")
+
+
+HOOKS = Registry("hook", ["up_trainer.hooks"])
+MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models"])
+DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets"])
+EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])
+TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms"])
+WRITERS = Registry("summary writer", ["up_trainer.writers"])
+LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers"])

@@ -1,0 +1,141 @@
+"""What `up train` and `up eval` do once the config is resolved."""
+import json
+import logging
+import os
+import platform
+import sys
+
+import yaml
+
+from .errors import CheckpointError
+
+log = logging.getLogger("up")
+
+
+def setup_logging(run_dir, is_main=True):
+    """Console on stdout (rank 0); a train.log file in the run dir too."""
+    logger = logging.getLogger("up")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    fmt = logging.Formatter("%(asctime)s %(levelname).1s %(message)s", "%Y-%m-%d %H:%M:%S")
+    if is_main:
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(fmt)
+        logger.addHandler(console)
+        if run_dir:
+            os.makedirs(run_dir, exist_ok=True)
+            fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
+            fh.setFormatter(fmt)
+            logger.addHandler(fh)
+    else:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
+def env_info():
+    import torch
+    import torchvision
+
+    from . import __version__
+
+    return {
+        "up_trainer": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "platform": platform.platform(),
+        "argv": " ".join(sys.argv),
+    }
+
+
+def write_resolved_config(cfg, run_dir):
+    """config.yaml in the run dir: the resolved config, loadable again; env info as comments."""
+    os.makedirs(run_dir, exist_ok=True)
+    header = "".join(f"# {k}: {v}\n" for k, v in env_info().items())
+    path = os.path.join(run_dir, "config.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# resolved by up train\n" + header)
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    return path
+
+
+def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
+              port=None, display=None, device=None):
+    from .engine.distributed_launch import launch_workers
+
+    launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
+                                       display=display, device=device),
+                   launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
+
+
+def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
+    from .engine.builder import build_trainer, resolve_path, restore
+    from .engine.distributed import DistInfo
+
+    run_dir = work_dir or os.getcwd()
+    is_main = DistInfo().is_main
+    setup_logging(run_dir, is_main)
+    if resume and not os.path.exists(resume):
+        raise CheckpointError(f"--resume: checkpoint not found: {resume}")
+    if is_main:
+        write_resolved_config(cfg, run_dir)
+    trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
+    trainer.display = display
+    restore(trainer, resume=resolve_path(resume, None) if resume else None, work_dir=work_dir)
+    if evaluate_only:
+        if trainer.evaluator is None:
+            from .errors import ConfigError
+
+            raise ConfigError("dataset.test", "evaluation needs a test dataset")
+        metrics = trainer.evaluate()
+        if is_main:
+            write_eval_results(trainer, metrics)
+        return metrics
+    trainer.train()
+    return trainer.state.metrics
+
+
+def write_eval_results(trainer, metrics):
+    log.info("metrics: %s", json.dumps(metrics, sort_keys=True))
+    if not trainer.cfg["saver"]["save_result"]:
+        return
+    os.makedirs(trainer.results_dir, exist_ok=True)
+    with open(os.path.join(trainer.results_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+    trainer.evaluator.write_results(trainer.last_results, os.path.join(trainer.results_dir, "results.jsonl"))
+    log.info("results written to %s", trainer.results_dir)
+
+
+def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
+    from .engine.builder import build_trainer
+    from .engine.checkpoint import load_checkpoint, load_weights
+
+    from .hooks.base import HookList
+
+    setup_logging(None)
+    trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)
+    trainer.hooks = HookList()  # training hooks (EMA swaps, best keeping) must not act on these weights
+    try:
+        ckpt = load_checkpoint(checkpoint)
+        weights = ckpt["model"]
+        if use_ema and ckpt.get("ema") and isinstance(ckpt["ema"].get("model"), dict):
+            weights = ckpt["ema"]["model"]
+            log.info("evaluating the EMA weights (--no-ema for the raw ones)")
+    except CheckpointError:
+        weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
+    missing, unexpected = trainer.module.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{checkpoint} does not match the configured net: "
+                              f"{len(missing)} missing keys (e.g. {missing[:3]}), "
+                              f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    if trainer.evaluator is None:
+        from .errors import ConfigError
+
+        raise ConfigError("dataset.test", "evaluation needs a test dataset")
+    metrics = trainer.evaluate()
+    write_eval_results(trainer, metrics)
+    return metrics

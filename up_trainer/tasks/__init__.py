@@ -1,0 +1,1 @@
+"""Task-specific parts: models, datasets, evaluators and transforms per task (cls, det)."""
