@@ -108,6 +108,47 @@ def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
     run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device)
 
 
+@main.command("predict", context_settings=_ARGS)
+@config_options
+@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
+@click.option("--input", "input_path", required=True, metavar="IMG_OR_DIR", help="an image file or a directory of them")
+@click.option("--out", "out_dir", default="predictions", show_default=True, help="output directory")
+@click.option("--score-thr", type=float, default=0.3, show_default=True, help="detection: lowest score drawn/written")
+@click.option("--no-ema", is_flag=True, help="use the raw weights even when EMA weights are saved")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
+@click.pass_context
+@run_safely
+def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_thr, no_ema, device):
+    """Predict images: predictions.jsonl plus a PNG per image with boxes (or the class) drawn."""
+    from .predict import predict
+    from .run import setup_logging
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    setup_logging(None)
+    predict(cfg, checkpoint, input_path, out_dir, score_thr=score_thr, device=device, use_ema=not no_ema)
+
+
+@main.group("data")
+def data_group():
+    """Write built-in data sets to disk."""
+
+
+@data_group.command("digits-det")
+@click.option("--out", "out_dir", required=True, help="output directory (images/, annotations/)")
+@click.option("--num-images", type=click.IntRange(min=1), default=1000, show_default=True, help="train scenes")
+@click.option("--num-val-images", type=click.IntRange(min=0), default=None, help="val scenes (default: a quarter)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--canvas-size", type=click.IntRange(min=8), default=64, show_default=True)
+@run_safely
+def data_digits_det(out_dir, num_images, num_val_images, seed, canvas_size):
+    """digits_det scenes as a COCO data set (PNG files + instances JSON per split)."""
+    from .tasks.det.export import export_digits_coco
+
+    for split, (ann, img_dir) in export_digits_coco(out_dir, num_images, num_val_images, seed,
+                                                    canvas_size=canvas_size).items():
+        click.echo(f"{split}: {ann} (images in {img_dir})")
+
+
 @main.command("config", context_settings=_ARGS)
 @config_options
 @click.pass_context
@@ -141,6 +182,17 @@ def flops_cmd(ctx, config_path, opts, input_size):
 
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
     click.echo(flops_table(cfg, input_size))
+
+
+@main.command("plot")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--out", default=None, metavar="PNG", help="output file (default: RUN_DIR/results.png)")
+@run_safely
+def plot_cmd(run_dir, out):
+    """Training curves (loss, LR, grad norm, metrics) from RUN_DIR/metrics.csv to PNG."""
+    from .plot import plot_run
+
+    click.echo(plot_run(run_dir, out))
 
 
 def entry():

@@ -2,6 +2,7 @@
 from ..errors import ConfigError, did_you_mean, join_path
 from .loader import load_file, parse_yaml
 from .opts import apply_opts, parse_opt
+from .shortcuts import shortcuts_to_hooks
 from .schema import validate
 
 # Hooks every run gets unless the YAML lists one of the same type or switches it off with
@@ -47,6 +48,7 @@ def resolve_config(path, opts=()):
     apply_opts(cfg, early)
     add_default_hooks(cfg)
     apply_opts(cfg, [o for o in opts if o not in early])
+    shortcuts_to_hooks(cfg)  # ema section / trainer.clip_grad -> hooks (config/shortcuts.py)
     return validate(cfg)
 
 

@@ -13,8 +13,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen and key != "<<":
+        if key in seen:
             mark = key_node.start_mark
             raise ConfigError(f"{mark.name}:{mark.line + 1}", f"duplicate key {key!r} (first at line {seen[key] + 1})")
         seen[key] = key_node.start_mark.line

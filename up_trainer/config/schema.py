@@ -72,6 +72,7 @@ SCHEMAS = {
         "resume_model": Field(OPT_STR, None, "full resume (model, optimizer, epoch, hooks...) from this file"),
         "pretrain_model": Field(OPT_STR, None, "weights only, tolerant: mismatched keys are reported and skipped"),
         "save_result": Field(bool, True, "write evaluation metrics/results files to results_dir"),
+        "async_write": Field(bool, True, "write checkpoints on a background thread; training waits only for a CPU copy"),
     },
     "dataset": {
         "train": Field((dict, type(None)), None, "{type, kwargs} (or UP's {dataset: {type, kwargs}})"),

@@ -27,7 +27,8 @@ def pick_device(flag, runtime_cfg):
     if choice == "auto":
         choice = "cuda" if torch.cuda.is_available() else "cpu"
     if choice == "cuda":
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        # device = local rank; modulo because SLURM may show each task only its own GPU(s)
+        local_rank = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
@@ -104,7 +105,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     model = build_model(cfg["net"]).to(device)
     optim = None
     if with_optim and train_set is not None:
-        optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len())
+        optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len(),
+                             batch_size=cfg["dataset"]["batch_size"], world_size=dist.world_size)
     elif with_optim:
         raise ConfigError("dataset.train", "training needs a train dataset")
     if dist.enabled:
@@ -112,7 +114,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     seed_everything(rt["seed"] + dist.rank)
     save_dir = resolve_path(cfg["saver"]["save_dir"], work_dir)
     trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, evaluator=evaluator, hooks=hooks,
-                      store=CheckpointStore(save_dir), device=device, dist=dist,
+                      store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
     return trainer
 
@@ -128,6 +130,8 @@ def wrap_ddp(model, device, rt):
 def restore(trainer, resume=None, work_dir=None):
     """Apply the resume rules: --resume > auto_resume > resume_model > pretrain_model."""
     saver = trainer.cfg["saver"]
+    if trainer.dist.is_main:
+        trainer.store.remove_stale_temp_files()
     if resume:
         return _full_resume(trainer, resume, "--resume")
     if saver["auto_resume"]:

@@ -5,11 +5,13 @@ over the final name with os.replace, and the directory is fsynced; a final name 
 partial file. Extra names for the same state (ckpt_latest.pth, ckpt_best.pth) are hard links
 (a copy where the filesystem has none), swapped in with os.replace too, so they never dangle.
 """
+import copy
 import io
 import logging
 import os
 import re
 import shutil
+import threading
 import zipfile
 
 import torch
@@ -23,6 +25,19 @@ BEST = "ckpt_best.pth"
 FORMAT = "up-trainer/1"
 REQUIRED_KEYS = ("format", "model", "epoch", "iter")
 _NAME_RE = re.compile(r"^ckpt_e(\d+)(?:-i(\d+))?\.pth$")
+_TMP_RE = re.compile(r"^\.ckpt_.*\.pth\.tmp(\d+)$")
+
+
+def _pid_alive(pid):
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def epoch_name(epoch):
@@ -157,11 +172,32 @@ def to_bytes(ckpt):
     return buf.getvalue()
 
 
-class CheckpointStore:
-    """Owns save_dir: writes a state once under every name it is due, keeps latest current."""
+def snapshot(obj):
+    """A copy of a checkpoint dict that later training steps cannot change: tensors are
+    copied to CPU memory, containers rebuilt, anything else deep-copied."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(snapshot(v) for v in obj)
+    return copy.deepcopy(obj)
 
-    def __init__(self, save_dir):
+
+class CheckpointStore:
+    """Owns save_dir: writes a state once under every name it is due, keeps latest current.
+
+    With ``async_write`` the training loop is blocked only while the state is copied to CPU
+    memory; serialization, fsync and renames run on a background thread. At most one write is
+    in flight: the next save, :meth:`flush` and the end of training wait for it, and a failed
+    background write is raised there.
+    """
+
+    def __init__(self, save_dir, async_write=False):
         self.save_dir = save_dir
+        self.async_write = async_write
+        self._thread = None
+        self._error = None
 
     def path(self, name):
         return os.path.join(self.save_dir, name)
@@ -172,13 +208,53 @@ class CheckpointStore:
             return []
         os.makedirs(self.save_dir, exist_ok=True)
         ckpt = dict(ckpt, format=FORMAT)
+        self.flush()
+        if not self.async_write:
+            self._write(ckpt, names)
+        else:
+            state = snapshot(ckpt)
+            self._thread = threading.Thread(target=self._write_in_background, args=(state, names),
+                                            name="up-checkpoint-writer", daemon=True)
+            self._thread.start()
+        return [self.path(n) for n in names]
+
+    def _write(self, ckpt, names):
         first = self.path(names[0])
         atomic_write_bytes(first, lambda f: torch.save(ckpt, f))
         for name in names[1:]:
             atomic_link(first, self.path(name))
         if LATEST not in names:
             atomic_link(first, self.path(LATEST))
-        return [self.path(n) for n in names]
+
+    def _write_in_background(self, ckpt, names):
+        try:
+            self._write(ckpt, names)
+        except BaseException as exc:  # surfaced by flush() on the training thread
+            self._error = exc
+
+    def flush(self):
+        """Wait for the write in flight; raise its error, if it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            if isinstance(error, CheckpointError):
+                raise CheckpointError(str(error)) from None
+            raise error
+
+    def remove_stale_temp_files(self):
+        """Delete temp files left by writers that were killed (their pid no longer runs)."""
+        if not os.path.isdir(self.save_dir):
+            return
+        for name in os.listdir(self.save_dir):
+            m = _TMP_RE.match(name)
+            if m and not _pid_alive(int(m.group(1))):
+                try:
+                    os.unlink(self.path(name))
+                    log.info("removed %s, left by an interrupted checkpoint write", name)
+                except OSError:
+                    pass
 
     def candidates(self):
         """Checkpoint files in save_dir, newest first (latest pointer first on ties)."""
@@ -194,6 +270,7 @@ class CheckpointStore:
 
     def find_resumable(self):
         """(path, ckpt) of the newest checkpoint that loads, skipping broken ones with a warning."""
+        self.flush()
         for p in self.candidates():
             try:
                 return p, load_checkpoint(p)
@@ -203,6 +280,7 @@ class CheckpointStore:
 
     def epoch_checkpoints(self):
         """[(epoch, path)] of ckpt_e{e}.pth files, oldest first (for rotation)."""
+        self.flush()
         out = []
         if os.path.isdir(self.save_dir):
             for name in os.listdir(self.save_dir):

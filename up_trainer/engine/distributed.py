@@ -1,4 +1,8 @@
-"""Process-group facts the trainer needs; a single process is a world of one."""
+"""Process-group facts the trainer needs; a single process is a world of one.
+
+Every collective here must be called by all ranks in the same order (hooks that reduce
+values for logging do it on every rank, before checking ``is_main``).
+"""
 import torch
 import torch.distributed as torch_dist
 
@@ -13,6 +17,12 @@ class DistInfo:
     def is_main(self):
         return self.rank == 0
 
+    def _device(self):
+        # NCCL reduces only CUDA tensors; gloo only CPU ones.
+        if self.enabled and torch_dist.get_backend() == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
     def barrier(self):
         if self.enabled:
             torch_dist.barrier()
@@ -24,26 +34,73 @@ class DistInfo:
         torch_dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather_object(self, obj):
+        """Every rank's ``obj`` as a list on rank 0 (rank order); None elsewhere."""
+        if not self.enabled:
+            return [obj]
+        gathered = [None] * self.world_size if self.is_main else None
+        torch_dist.gather_object(obj, gathered, dst=0)
+        return gathered
+
     def gather_results(self, results):
-        """Every rank's per-sample records on rank 0, each sample once (by its index)."""
+        """Every rank's per-sample records on rank 0, each sample once.
+
+        Records carrying an ``index`` are de-duplicated by it (a padded sampler repeats samples)
+        and sorted, so the merged list equals a single-process evaluation. Without ``index`` the
+        shards are interleaved back, which inverts the strided ``rank::world_size`` split.
+        """
         if not self.enabled:
             return results
-        gathered = [None] * self.world_size if self.is_main else None
-        torch_dist.gather_object(results, gathered, dst=0)
+        gathered = self.gather_object(list(results))
         if not self.is_main:
             return []
-        seen, merged = set(), []
-        for part in gathered:
-            for rec in part:
-                if rec["index"] not in seen:
-                    seen.add(rec["index"])
+        records = [rec for part in gathered for rec in part]
+        if all(isinstance(rec, dict) and "index" in rec for rec in records):
+            seen, merged = set(), []
+            for rec in records:
+                key = _index_key(rec["index"])
+                if key not in seen:
+                    seen.add(key)
                     merged.append(rec)
-        merged.sort(key=lambda r: r["index"])
+            merged.sort(key=lambda r: _index_key(r["index"]))
+            return merged
+        merged = []
+        for i in range(max(len(p) for p in gathered)):
+            merged += [part[i] for part in gathered if i < len(part)]
         return merged
 
+    def _reduce(self, values, op):
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
+        torch_dist.all_reduce(t, op=op)
+        return t.cpu().tolist()
+
     def all_reduce_mean(self, value):
+        """The mean of a number over ranks (a float; the number itself in a world of one)."""
         if not self.enabled:
-            return value
-        t = torch.tensor(float(value), dtype=torch.float64)
-        torch_dist.all_reduce(t)
-        return (t / self.world_size).item()
+            return float(value)
+        return self._reduce([value], torch_dist.ReduceOp.SUM)[0] / self.world_size
+
+    def all_reduce_mean_dict(self, values):
+        """``{name: mean over ranks}`` in one collective, e.g. the loss terms for a log line.
+
+        Keys are sorted so every rank packs the tensor the same way; all ranks must pass the
+        same keys.
+        """
+        keys = sorted(values)
+        plain = [float(values[k].detach()) if isinstance(values[k], torch.Tensor) else float(values[k]) for k in keys]
+        if not self.enabled:
+            return dict(zip(keys, plain))
+        sums = self._reduce(plain, torch_dist.ReduceOp.SUM)
+        return {k: s / self.world_size for k, s in zip(keys, sums)}
+
+    def all_reduce_max(self, value):
+        """The maximum over ranks, e.g. an "a stop signal arrived here" flag all ranks agree on."""
+        if not self.enabled:
+            return float(value)
+        return self._reduce([value], torch_dist.ReduceOp.MAX)[0]
+
+
+def _index_key(index):
+    if isinstance(index, torch.Tensor):
+        index = index.item() if index.numel() == 1 else tuple(index.tolist())
+    return index

@@ -32,11 +32,12 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     extra = set(cfg) - {"type", "kwargs", "paramwise_cfg", "pconfig"}
     if extra:
         key = sorted(extra)[0]
-        raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, ["type", "kwargs", "paramwise_cfg"]))
+        raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, ["type", "kwargs", "paramwise_cfg", "pconfig"]))
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
     check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
-    groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg") or cfg.get("pconfig"), f"{path}.paramwise_cfg")
+    groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
+                                optimizer_cls=cls, pconfig=cfg.get("pconfig"))
     try:
         return cls(groups, **kwargs)
     except (ValueError, TypeError) as exc:
@@ -44,19 +45,29 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
 
 
 class Optimization:
-    def __init__(self, model, trainer_cfg, runtime_cfg, device, iters_per_epoch):
-        self.optimizer = build_optimizer(model, trainer_cfg["optimizer"])
-        self.accumulate = trainer_cfg["accumulate"]
-        self.updates_per_epoch = -(-iters_per_epoch // self.accumulate)
+    """Everything between loss and step. ``batch_size`` / ``world_size`` only matter for UP's
+    lr scaling (``trainer.lr_scheduler.warmup_register_type: base``)."""
+
+    def __init__(self, model, trainer_cfg, runtime_cfg, device, iters_per_epoch, *, batch_size=1, world_size=None):
         from .lr_schedulers import build_lr_scheduler
 
+        self.optimizer = build_optimizer(model, trainer_cfg["optimizer"])
+        self.accumulate = trainer_cfg["accumulate"]
+        # Schedules count optimizer updates; the last, short accumulation group is one too.
+        self.updates_per_epoch = -(-iters_per_epoch // self.accumulate)
+        if world_size is None:
+            world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         self.lr_scheduler = build_lr_scheduler(self.optimizer, trainer_cfg.get("lr_scheduler"),
-                                               self.updates_per_epoch, trainer_cfg["max_epoch"])
+                                               self.updates_per_epoch, trainer_cfg["max_epoch"],
+                                               world_size=world_size, batch_size=batch_size * self.accumulate)
         self.device_type = device.type
         self.amp_dtype = amp_dtype(runtime_cfg)
         fp16 = self.amp_dtype is torch.float16
         self.scaler = torch.amp.GradScaler(self.device_type, enabled=fp16) if fp16 else None
         self._unscaled = False
+        if self.amp_dtype is not None:
+            log.info("mixed precision: %s autocast on %s%s", str(self.amp_dtype).replace("torch.", ""),
+                     self.device_type, " with a dynamic GradScaler" if fp16 else "")
 
     def autocast(self):
         if self.amp_dtype is None:

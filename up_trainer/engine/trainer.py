@@ -48,6 +48,8 @@ class Trainer:
         self.pending_saves = []  # extra checkpoint names hooks asked for at this epoch's end
         self.did_update = False  # whether the last iteration stepped the optimizer
         self.outputs = {}  # last training outputs (losses), for logging hooks
+        self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
+        self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it
 
     @property
     def module(self):
@@ -63,17 +65,27 @@ class Trainer:
         log.info("hook order per event:\n%s", self.hooks.order_table())
         self.hooks.call("before_train", self)
         try:
-            while not (st.epoch_done and st.epoch >= self.max_epoch):
+            while not (st.epoch_done and st.epoch >= self.max_epoch) and not self.stop_training:
                 if st.epoch_done:
                     st.next_epoch()
-                self.train_epoch()
-                self.finish_epoch()
+                if self.train_epoch():
+                    self.finish_epoch()
+            self.hooks.call("after_train", self)
         except TrainingInterrupted:
+            self.store.flush()  # the interrupt snapshot is on disk before the process exits
             raise
         except BaseException as exc:
             self.hooks.call("on_exception", self, exc)
+            self._flush_quietly()
             raise
-        self.hooks.call("after_train", self)
+        self.store.flush()
+
+    def _flush_quietly(self):
+        """Finish a write in flight while another error propagates; that error matters more."""
+        try:
+            self.store.flush()
+        except BaseException as exc:
+            log.error("checkpoint write failed as well: %s", exc)
 
     def train_epoch(self):
         st = self.state
@@ -81,11 +93,15 @@ class Trainer:
         self.model.train()
         self.hooks.call("before_epoch", self, st.epoch)
         batches = iter(loader)
+        self.rewound = False
         while st.epoch_iter < st.epoch_len:
             self.hooks.call("before_data", self, st.iter + 1)
             batch = next(batches)
             self.train_iter(batch)
+            if self.rewound:  # a hook reloaded a checkpoint (nan_guard rollback): continue from there
+                return False
         del batches
+        return True
 
     def train_iter(self, batch):
         st, optim, it = self.state, self.optim, self.state.iter + 1
@@ -163,7 +179,7 @@ class Trainer:
         paths = []
         if self.dist.is_main:
             paths = self.store.save(self.checkpoint_dict(), list(names))
-            log.info("saved %s", ", ".join(paths))
+            log.info("checkpoint %s", ", ".join(paths))
         self.dist.barrier()
         return paths
 
@@ -179,6 +195,7 @@ class Trainer:
         if ckpt.get("rng") is not None:
             set_rng_state(ckpt["rng"])
         self.hooks.call("after_load_checkpoint", self, ckpt)
+        self.rewound = True
         st = self.state
         where = "end of epoch" if st.epoch_done else f"epoch {st.epoch} batch {st.epoch_iter}/{st.epoch_len} of"
         log.info("resumed from %s at %s %d (iteration %d)", path, where, st.epoch, st.iter)

@@ -1,12 +1,25 @@
 """auto_checkpoint: snapshot on signals and uncaught exceptions, at an iteration boundary.
 
-Signal handlers only set a flag (no IO inside a handler). At the next iteration boundary
-that closes an optimizer update the hook writes ``ckpt_e{e}-i{iter}.pth`` with the full
-state and points ckpt_latest.pth at it; SIGTERM/SIGINT then end the run (exit 143/130),
-SIGUSR1 lets it continue.
+Signal handlers only queue the signal's name (no IO inside a handler, Lightning style). The
+queue is read at the next *boundary*: the end of an iteration that stepped the optimizer
+(``trainer.did_update``; mid accumulation group the gradients are not in any checkpoint),
+the start of an epoch, and the end of training. There the hook writes
+``ckpt_e{e}-i{iter}.pth`` with the full state (model, optimizer, scheduler, scaler, EMA,
+position, hook states, RNG) through the trainer's atomic store, which points
+ckpt_latest.pth at it. SIGTERM/SIGINT then end the run with exit 143/130, SIGUSR1/SIGUSR2 let
+it continue (UP's semantics). Signals that arrive during evaluation or a save are acted on
+at the next boundary; a stop request after the last iteration exits with its code once the
+final checkpoint is written.
+
+Under DDP every rank must save and stop at the same iteration: at each boundary the ranks
+all-reduce (MAX) one small int holding the most severe request any of them received. The
+reduction runs on a gloo group on the CPU, so it never waits for the GPU.
 """
+import collections
 import logging
+import os
 import signal
+import subprocess
 
 from ..engine.checkpoint import interrupt_name
 from ..errors import ConfigError, TrainingInterrupted, did_you_mean
@@ -14,64 +27,180 @@ from ..registry import HOOKS
 from .base import Hook
 
 log = logging.getLogger("up")
-_EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+# Severity, reduced with MAX across ranks: a stop beats a snapshot request; SIGTERM (the
+# scheduler's preemption) beats SIGINT.
+_SEVERITY = {"SIGUSR1": 1, "SIGUSR2": 1, "SIGINT": 2, "SIGTERM": 3}
+_BY_SEVERITY = {1: "SIGUSR1", 2: "SIGINT", 3: "SIGTERM"}
+# Signals after whose snapshot `requeue: true` asks SLURM to requeue the job (preemption).
+_REQUEUE_ON = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+
+
+def max_over_ranks(trainer, value, group=None):
+    """The max of a small int over all ranks (the value itself without DDP)."""
+    if not trainer.dist.enabled:
+        return value
+    import torch
+    import torch.distributed as torch_dist
+
+    if group is None:
+        return int(trainer.dist.all_reduce_max(value))
+    t = torch.tensor([value], dtype=torch.int32)
+    torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX, group=group)
+    return int(t.item())
+
+
+def cpu_group(trainer):
+    """A gloo process group for tiny CPU flags (None: use the default group as it is).
+
+    Must be called on every rank at the same point (creating a group is a collective)."""
+    if not trainer.dist.enabled:
+        return None
+    import torch.distributed as torch_dist
+
+    if torch_dist.get_backend() == "gloo":
+        return None
+    try:
+        return torch_dist.new_group(backend="gloo")
+    except Exception as exc:  # no gloo in this build: the default group works, with a GPU sync
+        log.warning("auto_checkpoint: no gloo group (%s); signal flags use the default backend", exc)
+        return None
 
 
 @HOOKS.register("auto_checkpoint")
 class AutoCheckpoint(Hook):
-    """Checkpoint when the job is told to stop (SIGINT/SIGTERM) or asked to (SIGUSR1)."""
+    """Checkpoint when the job is told to stop (SIGINT/SIGTERM: exit 130/143) or asked to (SIGUSR1).
+
+    signals: the signals to handle, among SIGINT, SIGTERM (snapshot, then exit 130/143) and
+    SIGUSR1, SIGUSR2 (snapshot, training continues).
+    requeue: after a SIGTERM/SIGUSR1 snapshot run ``scontrol requeue $SLURM_JOB_ID`` (rank 0,
+    only under SLURM).
+    on_exception: write a snapshot when training dies of an uncaught exception, then re-raise.
+    """
 
     priority = "VERY_LOW"
 
-    def __init__(self, signals: list = ("SIGINT", "SIGTERM", "SIGUSR1"), on_exception: bool = True):
+    def __init__(self, signals: list = ("SIGINT", "SIGTERM", "SIGUSR1"), requeue: bool = False,
+                 on_exception: bool = True):
         super().__init__()
-        known = [s for s in dir(signal) if s.startswith("SIG") and not s.startswith("SIG_")]
         for i, name in enumerate(signals):
-            if name not in known:
-                raise ConfigError(f"signals[{i}]", f"unknown signal {name!r}", did_you_mean(name, known))
-        self.signals = list(signals)
+            if name not in _SEVERITY:
+                hint = did_you_mean(str(name).upper(), _SEVERITY) or f"supported: {', '.join(_SEVERITY)}"
+                raise ConfigError(f"signals[{i}]", f"unsupported signal {name!r}", hint)
+        self.signals = list(dict.fromkeys(signals))
+        self.requeue = requeue
         self.snapshot_on_exception = on_exception
-        self.pending = None  # name of the signal received, acted on at the next boundary
+        self._queue = collections.deque()  # appended by handlers; popleft is atomic w.r.t. them
         self._previous = {}
+        self._group = None
+        self._saved_iter = None  # trainer.state.iter of the last checkpoint written, any kind
+        self._consistent = False  # the in-memory state is at an optimizer-update boundary
 
+    # -- handlers --------------------------------------------------------------------------
     def _handler(self, signum, frame):
-        self.pending = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        if name == "SIGINT" and "SIGINT" in self._queue:
+            raise KeyboardInterrupt  # a second Ctrl-C before the boundary: stop right now
+        self._queue.append(name)
 
-    def before_train(self, trainer):
+    def _install(self):
         for name in self.signals:
             sig = getattr(signal, name)
             self._previous[sig] = signal.signal(sig, self._handler)
-
-    def after_train(self, trainer):
-        self._restore_handlers()
-        if self.pending in _EXIT_CODES:  # a stop request that arrived after the last iteration
-            raise TrainingInterrupted(_EXIT_CODES[self.pending], f"{self.pending} received; training had finished")
 
     def _restore_handlers(self):
         for sig, prev in self._previous.items():
             signal.signal(sig, prev)
         self._previous = {}
 
-    def after_update(self, trainer, iteration):
-        if self.pending is None or not trainer.did_update:
-            return
-        received, self.pending = self.pending, None
-        self.snapshot(trainer, f"{received} received")
-        if received in _EXIT_CODES:
-            self._restore_handlers()
-            raise TrainingInterrupted(_EXIT_CODES[received], f"{received} received; snapshot written, exiting")
+    def _take(self):
+        """The most severe queued request (0: none), emptying the queue."""
+        level = 0
+        while self._queue:
+            level = max(level, _SEVERITY[self._queue.popleft()])
+        return level
 
-    def snapshot(self, trainer, why):
-        st = trainer.state
-        name = interrupt_name(st.epoch, st.iter)
-        log.info("%s: writing %s", why, name)
-        trainer.save_checkpoint([name])
+    # -- events -----------------------------------------------------------------------------
+    def before_train(self, trainer):
+        self._group = cpu_group(trainer)
+        self._consistent = True  # fresh, or just loaded from a checkpoint
+        self._install()
+
+    def before_epoch(self, trainer, epoch):
+        self._consistent = True  # the previous epoch ended with an update
+        self._boundary(trainer)
+
+    def after_update(self, trainer, iteration):
+        self._consistent = trainer.did_update
+        if trainer.did_update:
+            self._boundary(trainer)
+
+    def after_train(self, trainer):
+        level = max_over_ranks(trainer, self._take(), self._group)
+        self._restore_handlers()
+        name = _BY_SEVERITY.get(level)
+        if name in EXIT_CODES:  # a stop request after the last iteration: the final checkpoint exists
+            raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; training had finished")
+
+    def before_save_checkpoint(self, trainer, ckpt):
+        self._saved_iter = trainer.state.iter
 
     def on_exception(self, trainer, exc):
         self._restore_handlers()
-        if not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt) or not trainer.did_update:
+        if not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt) or not self._consistent:
             return
+        if self._saved_iter == trainer.state.iter or not trainer.dist.is_main:
+            return  # nothing new since the last checkpoint / only rank 0 writes
         try:
-            self.snapshot(trainer, f"exception {type(exc).__name__}")
+            # No barrier: the other ranks may not be here. Rank 0 writes on its own.
+            name = interrupt_name(trainer.state.epoch, trainer.state.iter)
+            log.error("exception %s: writing %s", type(exc).__name__, name)
+            trainer.store.save(trainer.checkpoint_dict(), [name])
         except Exception as save_exc:  # the original exception matters more
             log.error("could not write the exception snapshot: %s", save_exc)
+
+    # -- acting at a boundary ---------------------------------------------------------------
+    def _boundary(self, trainer):
+        level = max_over_ranks(trainer, self._take(), self._group)
+        if not level:
+            return
+        name = _BY_SEVERITY[level]
+        self.snapshot(trainer, f"{name} received")
+        if self.requeue and name in _REQUEUE_ON and trainer.dist.is_main:
+            requeue_slurm_job()
+        if name in EXIT_CODES:
+            self._restore_handlers()
+            raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; snapshot written, exiting")
+
+    def snapshot(self, trainer, why):
+        st = trainer.state
+        # Only rank 0 sees saves (before_save_checkpoint); its answer is shared so that every
+        # rank takes the same branch (save_checkpoint holds a barrier). Rare path: one more reduce.
+        if max_over_ranks(trainer, int(self._saved_iter == st.iter), self._group):
+            # The checkpoint just written (end of epoch) already holds this state and
+            # ckpt_latest.pth points at it; another copy would only cost time in a grace period.
+            log.info("%s: the state at iteration %d is already saved (ckpt_latest.pth)", why, st.iter)
+            return
+        name = interrupt_name(st.epoch, st.iter)
+        log.info("%s: writing %s at epoch %d batch %d/%d", why, name, st.epoch, st.epoch_iter, st.epoch_len)
+        trainer.save_checkpoint([name])
+
+
+def requeue_slurm_job():
+    """``scontrol requeue $SLURM_JOB_ID``; failures are logged, never raised (the save is done)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        log.warning("auto_checkpoint: requeue requested but SLURM_JOB_ID is not set (not under SLURM)")
+        return False
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.error("auto_checkpoint: scontrol requeue %s failed: %s", job, exc)
+        return False
+    if done.returncode != 0:
+        log.error("auto_checkpoint: scontrol requeue %s exited %d: %s", job, done.returncode,
+                  (done.stderr or done.stdout).strip())
+        return False
+    log.info("auto_checkpoint: requeued SLURM job %s", job)
+    return True

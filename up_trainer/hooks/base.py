@@ -74,6 +74,7 @@ class HookList:
 
     def __init__(self):
         self._hooks = []  # (priority, insertion index, hook)
+        self._dispatch = {}  # event -> handlers; an empty list (up eval) dispatches too
 
     def add(self, hook, priority=None, name=None):
         prio = parse_priority(hook.priority if priority is None else priority)

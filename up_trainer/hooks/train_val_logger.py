@@ -1,52 +1,350 @@
-"""train_val_logger: one line every `freq` iterations, metrics after evaluation."""
-import logging
-import time
+"""train_val_logger: log lines, a TTY progress bar, summary writers, metrics.csv / .jsonl, plots.
 
-from ..registry import HOOKS
+Per-iteration cost is a few perf_counter() calls and float additions: losses, LR and
+grad norm are read (``.item()``) only on log lines, and CUDA is synchronised only there, so
+window timings include the GPU work queued since the previous line.
+"""
+import atexit
+import logging
+import math
+import os
+import sys
+import time
+from typing import Optional
+
+from ..errors import ConfigError
+from ..registry import HOOKS, WRITERS, check_kwargs
 from .base import Hook
 
 log = logging.getLogger("up")
 
+PHASES = ("data", "forward", "backward", "batch")
+PROGRAM_WRITER_KWARGS = ("logdir", "start_iter", "start_epoch")  # supplied by the logger, not by the user
+BAR_EVERY_S = 0.2  # progress bar redraw interval
+
+
+class _Timer:
+    """Sums of the phase times over the current window and since training (re)started."""
+
+    def __init__(self):
+        self.win = [0.0] * len(PHASES)
+        self.total = [0.0] * len(PHASES)
+        self.win_n = self.total_n = 0
+        self.raw_batch = 0.0  # every iteration, skipped ones too: an ETA before any is counted
+        self.raw_n = 0
+
+    def add(self, times):
+        for i, t in enumerate(times):
+            self.win[i] += t
+            self.total[i] += t
+        self.win_n += 1
+        self.total_n += 1
+
+    def averages(self):
+        win = [s / self.win_n if self.win_n else None for s in self.win]
+        tot = [s / self.total_n if self.total_n else None for s in self.total]
+        return win, tot
+
+    def reset_window(self):
+        self.win = [0.0] * len(PHASES)
+        self.win_n = 0
+
+    def per_iter(self):
+        if self.total_n:
+            return self.total[-1] / self.total_n
+        return self.raw_batch / self.raw_n if self.raw_n else None
+
+
 
 @HOOKS.register("train_val_logger")
 class TrainValLogger(Hook):
-    """Print progress, LR, losses, timing and ETA; print metrics after each evaluation."""
+    """Log progress, LR, memory, ETA, timings and losses; TensorBoard/pavi; metrics.csv/.jsonl.
+
+    Every ``freq`` iterations (``--display N`` overrides it when given) one line: progress,
+    epoch [i/len], LR, max memory (CUDA, else process RSS), ETA, data/forward/backward/batch
+    time as window (global) averages without the first ``skip_first_k`` iterations, losses
+    and grad norm. A live progress bar when stdout is a TTY. ``summary_writer``:
+    tensorboard | pavi | none, built with ``writer_kwargs``; event files go to ``logdir``
+    (relative to the run dir). metrics.csv / metrics.jsonl always; results.png at the end.
+    """
 
     priority = "BELOW_NORMAL"
 
     def __init__(self, freq: int = 20, skip_first_k: int = 5, logdir: str = "log",
-                 summary_writer: str = "tensorboard"):
+                 summary_writer: str = "tensorboard", writer_kwargs: Optional[dict] = None,
+                 progress_bar: bool = True, plot: bool = True):
         super().__init__()
-        self.freq = freq
-        self.skip_first_k = skip_first_k
-        self.logdir = logdir
+        if freq < 1:
+            raise ConfigError("freq", f"must be >= 1, got {freq}")
+        if skip_first_k < 0:
+            raise ConfigError("skip_first_k", f"must be >= 0, got {skip_first_k}")
+        self.freq, self.skip_first_k, self.logdir = freq, skip_first_k, logdir
         self.summary_writer = summary_writer
-        self._t0 = None
+        self.writer_kwargs = dict(writer_kwargs or {})
+        self.progress_bar, self.plot = progress_bar, plot
+        self._writer_cls = None
+        if summary_writer != "none":
+            self._writer_cls = WRITERS.get(summary_writer, "summary_writer")
+            taken = sorted(set(self.writer_kwargs) & set(PROGRAM_WRITER_KWARGS))
+            if taken:
+                raise ConfigError(f"writer_kwargs.{taken[0]}", "is set by the logger", "use the logger's own kwargs")
+            check_kwargs(self._writer_cls, self.writer_kwargs, "writer_kwargs", provided=PROGRAM_WRITER_KWARGS)
+            validate = getattr(self._writer_cls, "validate_kwargs", None)
+            if validate is not None:
+                try:
+                    validate(self.writer_kwargs)
+                except ConfigError as exc:
+                    raise ConfigError(f"writer_kwargs.{exc.path}", exc.message, exc.hint) from None
+        elif self.writer_kwargs:
+            raise ConfigError("writer_kwargs", "given, but summary_writer is none")
+        self.writer = self.table = None
+        self._started = False
 
+    # -- setup / teardown -----------------------------------------------------------------------
+    def before_train(self, trainer):
+        st = trainer.state
+        self._started = True
+        self._main = trainer.dist.is_main
+        self._freq = getattr(trainer, "display", None) or self.freq
+        self._total = trainer.max_epoch * st.epoch_len
+        self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
+        self._timer, self._seen = _Timer(), 0
+        self._t_prev = self._t_data = self._t_fwd = self._t_fwd_end = self._t_bwd_end = None
+        self._stream = sys.stdout
+        self._tty = self._main and self.progress_bar and _isatty(self._stream)
+        self._bar_t, self._bar_shown = 0.0, False
+        if not self._main:
+            return
+        from ..writers.table import MetricsTable
+
+        self.table = MetricsTable(trainer.run_dir, keep_upto_iter=st.iter)
+        where = "metrics.csv/.jsonl"
+        if self._writer_cls is not None:
+            logdir = self.logdir if os.path.isabs(self.logdir) else os.path.join(trainer.run_dir, self.logdir)
+            try:
+                # Where a resumed run starts on both step axes: writers drop what lies beyond.
+                evaluated = st.epoch if st.epoch_done else st.epoch - 1
+                self.writer = self._writer_cls(logdir=logdir, start_iter=st.iter, start_epoch=max(evaluated, 0),
+                                               **self.writer_kwargs)
+            except ImportError as exc:
+                raise ConfigError("train_val_logger.summary_writer",
+                                  f"{self.summary_writer} writer unavailable: {exc}",
+                                  "install it, or set summary_writer: none") from None
+            where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {self.summary_writer} {logdir}"
+            atexit.register(self._close_writer)  # interrupted runs skip after_train
+        log.info("logging every %d iterations to %s", self._freq, where)
+
+    def after_train(self, trainer):
+        self._clear_bar()
+        self._close_writer()
+        if self._main and self.plot and self.table is not None:
+            try:
+                from ..plot import plot_run
+
+                log.info("training curves: %s", plot_run(trainer.run_dir))
+            except Exception as exc:  # a plotting problem must not fail a finished run
+                log.warning("could not draw results.png: %s", exc)
+
+    def on_exception(self, trainer, exc):
+        self._clear_bar()
+        self._close_writer()
+
+    def _close_writer(self):
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            atexit.unregister(self._close_writer)
+            writer.close()
+
+    # -- timing: one perf_counter() per event ----------------------------------------------------
     def before_epoch(self, trainer, epoch):
-        self._t0 = time.perf_counter()
-        self._n = 0
+        self._t_prev = None  # evaluation and checkpointing between epochs are not batch time
+
+    def before_data(self, trainer, iteration):
+        self._t_data = time.perf_counter()
+        if self._t_prev is None:
+            self._t_prev = self._t_data
+
+    def before_forward(self, trainer, iteration, batch):
+        self._t_fwd = time.perf_counter()
+
+    def after_forward(self, trainer, iteration, outputs):
+        self._t_fwd_end = time.perf_counter()
+
+    def after_backward(self, trainer, iteration, loss):
+        self._t_bwd_end = time.perf_counter()
 
     def after_update(self, trainer, iteration):
-        self._n += 1
-        freq = getattr(trainer, "display", None) or self.freq
+        is_line = self._main and iteration % self._freq == 0  # other ranks only time themselves
+        if is_line and self._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        if self._t_prev is not None and self._t_bwd_end is not None:
+            batch = now - self._t_prev
+            self._timer.raw_batch += batch
+            self._timer.raw_n += 1
+            self._seen += 1
+            if self._seen > self.skip_first_k:
+                self._timer.add((self._t_fwd - self._t_data, self._t_fwd_end - self._t_fwd,
+                                 self._t_bwd_end - self._t_fwd_end, batch))
+        self._t_prev = now
+        if is_line:
+            self._log_line(trainer, iteration)
+            self._timer.reset_window()
+        elif self._tty and now - self._bar_t >= BAR_EVERY_S:
+            self._draw_bar(trainer, now)
+
+    # -- output ------------------------------------------------------------------------------------
+    def _log_line(self, trainer, iteration):
         st = trainer.state
-        if iteration % freq and st.epoch_iter != st.epoch_len:
-            return
-        elapsed = time.perf_counter() - self._t0
-        per_iter = elapsed / max(self._n, 1)
-        total = trainer.max_epoch * st.epoch_len
-        eta = per_iter * (total - iteration)
-        losses = {k: float(v) for k, v in trainer.outputs.items() if "loss" in k}
-        loss_txt = " ".join(f"{k}={v:.4f}" for k, v in losses.items())
-        log.info("epoch %d [%d/%d] %.1f%% lr=%.5g %s time=%.3fs eta=%s", st.epoch, st.epoch_iter, st.epoch_len,
-                 100.0 * iteration / max(total, 1), trainer.optim.lr(), loss_txt, per_iter, _hms(eta))
+        losses = loss_values(trainer.outputs)
+        lr = trainer.optim.lr() if trainer.optim is not None else None
+        grad_norm = _number(getattr(trainer, "grad_norm", None))
+        mem = max_memory_mb(trainer.device)
+        win, tot = self._timer.averages()
+        eta = self._eta(iteration)
+        pct = 100.0 * iteration / max(self._total, 1)
+        parts = [f"[{pct:5.1f}%] epoch {st.epoch} [{st.epoch_iter}/{st.epoch_len}]"]
+        if lr is not None:
+            parts.append(f"lr {lr:.4g}")
+        if mem is not None:
+            parts.append(f"mem {mem:.0f}MB")
+        parts.append(f"eta {_hms(eta)}")
+        times = " ".join(f"{name} {_fmt(w)} ({_fmt(t)})" for name, w, t in zip(PHASES, win, tot))
+        line = " ".join(parts) + " | time " + times
+        if losses:
+            line += " | " + " ".join(f"{k} {v:.4f}" for k, v in losses.items())
+        if grad_norm is not None:
+            line += f" | grad_norm {grad_norm:.4f}"
+        self._clear_bar()
+        log.info(line)
+        row = {"phase": "train", "epoch": st.epoch, "iter": iteration, "lr": lr, **losses, "grad_norm": grad_norm,
+               "memory_mb": mem, "time": round(time.time(), 3)}
+        row.update({f"{name}_time": w for name, w in zip(PHASES, win)})
+        self.table.write(row)
+        if self.writer is not None:
+            for k, v in losses.items():
+                self.writer.add_scalar(f"train/{k}", v, iteration)
+            if lr is not None:
+                self.writer.add_scalar("train/lr", lr, iteration)
+            if grad_norm is not None:
+                self.writer.add_scalar("train/grad_norm", grad_norm, iteration)
+        if self._tty:
+            self._draw_bar(trainer, time.perf_counter())
+
+    def after_epoch(self, trainer, epoch):
+        self._clear_bar()
+        if self.writer is not None:
+            self.writer.flush()
 
     def after_eval(self, trainer, metrics):
+        st = trainer.state
+        scalars = {k: float(v) for k, v in metrics.items() if _is_number(v)}
         txt = " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
-        log.info("eval epoch %d: %s", trainer.state.epoch, txt)
+        log.info("eval epoch %d (iter %d): %s", st.epoch, st.iter, txt or "no metrics")
+        if not (self._started and self._main):  # `up train -e`: the line only, no rows
+            return
+        self.table.write({"phase": "eval", "epoch": st.epoch, "iter": st.iter, **scalars,
+                          "time": round(time.time(), 3)})
+        if self.writer is not None:
+            for k, v in scalars.items():
+                self.writer.add_scalar(f"metrics/{k}", v, st.epoch)
+            self.writer.flush()
+
+    def _eta(self, iteration):
+        per_iter = self._timer.per_iter()
+        return None if per_iter is None else per_iter * max(self._total - iteration, 0)
+
+    def _draw_bar(self, trainer, now):
+        st = trainer.state
+        frac = min(st.iter / max(self._total, 1), 1.0)
+        width = 30
+        filled = int(frac * width)
+        text = (f"\r|{'#' * filled}{'.' * (width - filled)}| {100 * frac:5.1f}% epoch {st.epoch} "
+                f"[{st.epoch_iter}/{st.epoch_len}] eta {_hms(self._eta(st.iter))}\033[K")
+        self._stream.write(text)
+        self._stream.flush()
+        self._bar_t, self._bar_shown = now, True
+
+    def _clear_bar(self):
+        if getattr(self, "_bar_shown", False):
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+            self._bar_shown = False
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def loss_values(outputs):
+    """Each ``*loss*`` output as a float and their sum (``loss``, or ``total_loss`` when the
+    model already returns a key named ``loss`` beside others). Calls .item(): log lines only."""
+    losses = {}
+    for k, v in (outputs or {}).items():
+        if "loss" in k:
+            value = _number(v)
+            if value is not None:
+                losses[k] = value
+    if len(losses) > 1 or (losses and "loss" not in losses):
+        losses["total_loss" if "loss" in losses else "loss"] = sum(losses.values())
+    return losses
+
+
+def _number(v):
+    if v is None or isinstance(v, bool):
+        return None
+    if hasattr(v, "detach"):  # a tensor: one element only
+        if v.numel() != 1:
+            return None
+        return float(v.detach().float().item())
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def max_memory_mb(device):
+    """Peak CUDA memory allocated on ``device``; on CPU the process's peak RSS."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2 ** 20 if sys.platform == "darwin" else peak / 2 ** 10  # bytes on macOS, KiB on Linux
+    except (ImportError, OSError):
+        return _proc_rss_mb()
+
+
+def _proc_rss_mb():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    return int(line.split()[1]) / 2 ** 10
+    except OSError:
+        pass
+    return None
+
+
+def _isatty(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _fmt(seconds):
+    return "-" if seconds is None else f"{seconds:.3f}"
 
 
 def _hms(seconds):
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,86 @@
+"""CheckpointStore: atomic writes, links, background writes, disk full, stale temp files."""
+import errno
+import os
+
+import pytest
+import torch
+
+from up_trainer.engine import checkpoint as ck
+from up_trainer.errors import CheckpointError
+
+
+def state(value):
+    return {"model": {"w": torch.full((4,), float(value))}, "epoch": value, "iter": value * 10}
+
+
+@pytest.mark.parametrize("async_write", [False, True])
+def test_save_links_latest_and_best_to_one_file(tmp_path, async_write):
+    store = ck.CheckpointStore(str(tmp_path), async_write=async_write)
+    store.save(state(1), ["ckpt_e1.pth", ck.BEST])
+    store.flush()
+    assert os.path.samefile(tmp_path / "ckpt_e1.pth", tmp_path / ck.LATEST)
+    assert os.path.samefile(tmp_path / "ckpt_e1.pth", tmp_path / ck.BEST)
+    store.save(state(2), ["ckpt_e2.pth"])
+    store.flush()
+    assert ck.load_checkpoint(str(tmp_path / ck.LATEST))["epoch"] == 2
+    assert ck.load_checkpoint(str(tmp_path / ck.BEST))["epoch"] == 1  # untouched by the new latest
+    os.unlink(tmp_path / "ckpt_e2.pth")  # rotation never leaves latest dangling
+    assert ck.load_checkpoint(str(tmp_path / ck.LATEST))["epoch"] == 2
+
+
+def test_background_write_holds_the_state_at_save_time(tmp_path):
+    store = ck.CheckpointStore(str(tmp_path), async_write=True)
+    live = state(1)
+    store.save(live, ["ckpt_e1.pth"])
+    live["model"]["w"].add_(100)  # training goes on while the write is in flight
+    store.flush()
+    saved = torch.load(tmp_path / "ckpt_e1.pth", weights_only=True)
+    assert torch.equal(saved["model"]["w"], torch.ones(4))
+
+
+@pytest.mark.parametrize("async_write", [False, True])
+def test_disk_full_keeps_previous_checkpoint_and_reports_clearly(tmp_path, monkeypatch, async_write):
+    store = ck.CheckpointStore(str(tmp_path), async_write=async_write)
+    store.save(state(1), ["ckpt_e1.pth"])
+    store.flush()
+    real_save = torch.save
+
+    def full_disk(obj, f, *a, **kw):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck.torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match="cannot write checkpoint .*ckpt_e2.pth: No space left on device"):
+        store.save(state(2), ["ckpt_e2.pth"])
+        store.flush()
+    monkeypatch.setattr(ck.torch, "save", real_save)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt_e1.pth", ck.LATEST]
+    assert ck.load_checkpoint(str(tmp_path / ck.LATEST))["epoch"] == 1
+
+
+def test_stale_temp_files_of_dead_writers_are_removed(tmp_path):
+    dead = tmp_path / ".ckpt_e3.pth.tmp999999"
+    mine = tmp_path / f".ckpt_e4.pth.tmp{os.getpid()}"
+    dead.write_bytes(b"x")
+    mine.write_bytes(b"x")
+    ck.CheckpointStore(str(tmp_path)).remove_stale_temp_files()
+    assert not dead.exists() and mine.exists()
+
+
+def test_find_resumable_prefers_newest_valid(tmp_path):
+    store = ck.CheckpointStore(str(tmp_path))
+    store.save(state(1), ["ckpt_e1.pth"])
+    store.save(state(2), ["ckpt_e2.pth"])
+    path, ckpt = store.find_resumable()
+    assert ckpt["epoch"] == 2
+    os.unlink(tmp_path / ck.LATEST)
+    (tmp_path / "ckpt_e2.pth").write_bytes(b"PK\x03\x04broken")
+    os.utime(tmp_path / "ckpt_e2.pth")
+    path, ckpt = store.find_resumable()
+    assert path.endswith("ckpt_e1.pth") and ckpt["epoch"] == 1
+
+
+def test_names_parse():
+    assert ck.parse_name("ckpt_e12.pth") == (12, None)
+    assert ck.parse_name("ckpt_e3-i120.pth") == (3, 120)
+    assert ck.parse_name("ckpt_best.pth") is None

@@ -1,0 +1,209 @@
+"""``up predict``: run a trained model on image files; write predictions.jsonl and drawn PNGs.
+
+Detection: one JSON line per image {file, width, height, boxes (xyxy, original pixels),
+scores, labels (1..C), classes}; the PNG shows every box with score >= score_thr, its class
+name and score. Classification: {file, label, class, score, topk}; the PNG shows the image
+framed and captioned with the predicted class and score. Small images are drawn enlarged
+(integer factor up to a 256-pixel short side) so the labels stay readable.
+
+Preprocessing follows the config's test dataset: its transform pipeline (e.g. the detector's
+keep_ar_resize_max) and, for classification, its color mode / channel count and size.
+"""
+import json
+import logging
+import os
+
+import torch
+
+from .errors import CheckpointError, ConfigError, DataError
+
+log = logging.getLogger("up")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
+           "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3", "#808000"]
+
+
+def list_inputs(path):
+    if os.path.isfile(path):
+        return [path]
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not files:
+            raise DataError(f"--input {path}: no image files ({', '.join(IMAGE_EXTENSIONS)})")
+        return files
+    raise DataError(f"--input {path}: no such file or directory")
+
+
+# -- drawing (shared with the visualize hook) -------------------------------------------------------
+def to_uint8(image):
+    """float CxHxW in [0, 1] (1 or 3 channels) -> uint8 3xHxW."""
+    image = image.detach().float().cpu()
+    if image.min() < -0.01 or image.max() > 1.01:  # normalized: stretch back into view
+        image = (image - image.min()) / (image.max() - image.min() + 1e-6)
+    image = image[:3] if image.shape[0] >= 3 else image[:1].repeat(3, 1, 1)
+    return (image.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def enlarge(image, min_side=256):
+    """Nearest-neighbour integer enlargement so tiny images stay readable; returns (image, factor)."""
+    factor = max(1, min_side // max(1, min(image.shape[-2:])))
+    if factor > 1:
+        image = image.repeat_interleave(factor, dim=-2).repeat_interleave(factor, dim=-1)
+    return image, factor
+
+
+def draw_boxes(image, boxes, labels, classes, scores=None, width=2):
+    """uint8 3xHxW with boxes drawn; color by label; text 'class score'."""
+    from torchvision.utils import draw_bounding_boxes
+
+    boxes = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+    if len(boxes) == 0:
+        return image
+    names = [classes[int(lab) - 1] if classes and 1 <= int(lab) <= len(classes) else str(int(lab)) for lab in labels]
+    if scores is not None:
+        names = [f"{n} {float(s):.2f}" for n, s in zip(names, scores)]
+    colors = [PALETTE[int(lab) % len(PALETTE)] for lab in labels]
+    return draw_bounding_boxes(image, boxes, labels=names, colors=colors, width=width)
+
+
+def draw_caption(image, text, color="#3cb44b"):
+    """Classification: the image framed, the caption written in the frame's corner."""
+    h, w = image.shape[-2:]
+    from torchvision.utils import draw_bounding_boxes
+
+    if not text:
+        return image
+    return draw_bounding_boxes(image, torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), labels=[text], colors=[color],
+                               width=3)
+
+
+def save_png(image, path):
+    from PIL import Image
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
+
+
+# -- model and data ------------------------------------------------------------------------------
+def load_model(cfg, checkpoint, device, use_ema=True):
+    from .engine.checkpoint import load_checkpoint, load_weights
+    from .tasks.net import build_model
+
+    model = build_model(cfg["net"])
+    try:
+        ckpt = load_checkpoint(checkpoint)
+        weights = ckpt["model"]
+        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
+            weights = ckpt["ema"]["model"]
+    except CheckpointError:
+        weights = load_weights(checkpoint)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{checkpoint} does not match the configured net: {len(missing)} missing keys "
+                              f"(e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    return model.to(device).eval()
+
+
+def test_dataset(cfg):
+    """The config's test dataset (for its transform, classes, color mode), or None."""
+    from .engine.builder import build_dataset
+
+    entry = cfg["dataset"].get("test") or cfg["dataset"].get("train")
+    if entry is None:
+        return None
+    try:
+        return build_dataset(entry, "dataset.test")
+    except DataError as exc:  # the data set itself need not exist where we predict
+        log.warning("predict: test dataset unavailable (%s); no transforms, numeric class names", exc)
+        return None
+
+
+def _class_names(ds, model):
+    names = getattr(ds, "classes", None)
+    if names:
+        return list(names)
+    n = getattr(model, "num_classes", 0)
+    return [str(i) for i in range(1, n + 1)]
+
+
+def _load_for_cls(path, ds, in_channels):
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("L" if in_channels == 1 else "RGB")
+        size = getattr(ds, "size", None)
+        if isinstance(size, int):
+            img = img.resize((size, size), Image.BILINEAR)
+        array = torch.from_numpy(__import__("numpy").asarray(img, dtype="uint8").copy())
+    array = array[None] if array.dim() == 2 else array.permute(2, 0, 1)
+    return array.float().div(255.0)
+
+
+def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True):
+    """Predict every input image; returns the list of JSON records written."""
+    from .engine.builder import pick_device
+    from .tasks.det.datasets import apply_transform, load_rgb
+
+    if not 0.0 <= score_thr <= 1.0:
+        raise ConfigError("--score-thr", f"must be in [0, 1], got {score_thr}")
+    device = pick_device(device, cfg["runtime"])
+    files = list_inputs(inputs)
+    model = load_model(cfg, checkpoint, device, use_ema)
+    ds = test_dataset(cfg)
+    classes = _class_names(ds, model)
+    transform = getattr(ds, "transform", None)
+    is_det = hasattr(model, "detector")
+    os.makedirs(out_dir, exist_ok=True)
+    records = []
+    with torch.no_grad(), open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
+        for path in files:
+            if is_det:
+                rec, drawn = _predict_det(model, path, transform, classes, score_thr, device, load_rgb,
+                                          apply_transform)
+            else:
+                rec, drawn = _predict_cls(model, path, ds, transform, classes, device)
+            png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
+            save_png(drawn, png)
+            rec["png"] = png
+            jf.write(json.dumps(rec) + "\n")
+            records.append(rec)
+    log.info("predict: %d image(s) -> %s", len(records), out_dir)
+    return records
+
+
+def _predict_det(model, path, transform, classes, score_thr, device, load_rgb, apply_transform):
+    image = load_rgb(path, path)
+    h, w = image.shape[-2:]
+    size = torch.tensor([h, w])
+    target = {"boxes": torch.zeros(0, 4), "ignore_boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
+              "orig_size": size, "img_size": size.clone()}
+    inp = image
+    if transform is not None:
+        inp, target = apply_transform(transform, image, target)
+    det = model({"image": [inp.to(device)]})["detections"][0]
+    ih, iw = (int(v) for v in target["img_size"])
+    keep = det["scores"] >= score_thr
+    boxes = det["boxes"][keep].cpu().clone()
+    boxes[:, 0::2] *= w / iw
+    boxes[:, 1::2] *= h / ih
+    scores, labels = det["scores"][keep].cpu(), det["labels"][keep].cpu()
+    rec = {"file": path, "width": int(w), "height": int(h), "boxes": [[round(v, 2) for v in b] for b in boxes.tolist()],
+           "scores": [round(s, 4) for s in scores.tolist()], "labels": labels.tolist(),
+           "classes": [classes[i - 1] if 1 <= i <= len(classes) else str(i) for i in labels.tolist()]}
+    canvas, factor = enlarge(to_uint8(image))
+    return rec, draw_boxes(canvas, boxes * factor, labels, classes, scores)
+
+
+def _predict_cls(model, path, ds, transform, classes, device):
+    in_channels = getattr(model, "in_channels", 3)
+    image = _load_for_cls(path, ds, in_channels)
+    inp = transform(image) if transform is not None else image
+    out = model({"image": inp[None].to(device)})
+    scores = out["scores"][0].float().cpu() if "scores" in out else out["logits"][0].float().softmax(0).cpu()
+    top = scores.topk(min(5, len(scores)))
+    label = int(top.indices[0])
+    name = classes[label] if label < len(classes) else str(label)
+    rec = {"file": path, "label": label, "class": name, "score": round(float(top.values[0]), 4),
+           "topk": top.indices.tolist()}
+    canvas, _ = enlarge(to_uint8(image))
+    return rec, draw_caption(canvas, f"{name} {rec['score']:.2f}")

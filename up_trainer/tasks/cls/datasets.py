@@ -1,0 +1,289 @@
+"""Classification datasets: ``digits`` (bundled with scikit-learn), ``image_folder``, ``cls`` (UP).
+
+Every sample is ``{"image": float32 CxHxW in [0, 1], "label": int64 scalar, "index": int}``.
+Every dataset has ``num_classes`` and ``classes``. Bad data raises one DataError line naming
+the file (and the line of a meta file). Transforms draw from torch's global RNG, which the
+loader seeds per sample, so augmentation is reproducible across workers and resumes.
+"""
+import json
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from ...errors import ConfigError, DataError, did_you_mean
+from ...registry import DATASETS
+from ..transforms import build_transforms
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+COLOR_MODES = ("RGB", "L")
+
+
+def _transforms(transforms, transformer):
+    """``transforms`` (ours) or ``transformer`` (UP's key), never both."""
+    if transforms is not None and transformer is not None:
+        raise ConfigError("transformer", "give either transforms or UP's transformer, not both")
+    if transformer is not None:
+        return build_transforms(transformer, "transformer")
+    return build_transforms(transforms, "transforms")
+
+
+def _check_color_mode(color_mode):
+    if color_mode not in COLOR_MODES:
+        raise ConfigError("color_mode", f"{color_mode!r} is not one of {', '.join(COLOR_MODES)}",
+                          did_you_mean(str(color_mode).upper(), COLOR_MODES))
+
+
+def load_image(path, color_mode, where=None):
+    """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
+    from PIL import Image, UnidentifiedImageError
+
+    where = where or path
+    try:
+        with Image.open(path) as img:
+            img = img.convert(color_mode)
+            array = np.asarray(img, dtype=np.uint8).copy()
+    except FileNotFoundError:
+        raise DataError(f"{where}: image not found: {path}") from None
+    except (OSError, UnidentifiedImageError, ValueError) as exc:
+        raise DataError(f"{where}: cannot read image {path}: {exc}") from None
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+
+
+class ClsDatasetBase(Dataset):
+    """Applies the transform and builds the sample dict; subclasses provide ``_load(index)``."""
+
+    num_classes: int
+    classes: list
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def _load(self, index):  # -> (image tensor, int label)
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        image, label = self._load(index)
+        if self.transform is not None:
+            image = self.transform(image)
+        return {"image": image, "label": torch.tensor(label, dtype=torch.int64), "index": index}
+
+
+# -- digits -------------------------------------------------------------------------------------
+def stratified_split(labels, test_ratio, seed):
+    """(train, test) index arrays: per class, a seeded permutation's first round(n*ratio) go
+    to test. numpy's legacy RandomState is stable across versions and machines."""
+    rng = np.random.RandomState(seed)
+    test = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        idx = idx[rng.permutation(len(idx))]
+        test.extend(idx[: int(round(len(idx) * test_ratio))].tolist())
+    test = np.sort(np.asarray(test, dtype=np.int64))
+    train = np.setdiff1d(np.arange(len(labels)), test)
+    return train, test
+
+
+@DATASETS.register("digits")
+class DigitsDataset(ClsDatasetBase):
+    """scikit-learn's bundled handwritten digits: 1797 real 8x8 gray images, 10 classes.
+
+    split: train | test | all, a stratified split fixed by test_ratio and split_seed.
+    size: resize the 8x8 images (bilinear) once at load. subset: first N samples of the split.
+    """
+
+    SPLITS = ("train", "test", "all")
+
+    def __init__(self, split: str = "train", test_ratio: float = 0.2, split_seed: int = 0,
+                 transforms: Optional[list] = None, transformer: Optional[list] = None, size: int = 8,
+                 subset: Optional[int] = None):
+        if split not in self.SPLITS:
+            raise ConfigError("split", f"{split!r} is not one of {', '.join(self.SPLITS)}",
+                              did_you_mean(split, self.SPLITS))
+        if not 0.0 < test_ratio < 1.0:
+            raise ConfigError("test_ratio", f"must be between 0 and 1, got {test_ratio}")
+        if size < 1:
+            raise ConfigError("size", f"must be >= 1, got {size}")
+        if subset is not None and subset < 1:
+            raise ConfigError("subset", f"must be >= 1, got {subset}")
+        super().__init__(_transforms(transforms, transformer))
+        from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+
+        digits = load_digits()
+        labels = digits.target.astype(np.int64)
+        train, test = stratified_split(labels, test_ratio, split_seed)
+        indices = {"train": train, "test": test, "all": np.arange(len(labels))}[split]
+        if subset is not None:
+            indices = indices[:subset]
+        images = torch.from_numpy(digits.images[indices].astype(np.float32) / 16.0).unsqueeze(1)
+        if size != images.shape[-1]:
+            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+        self.images = images.contiguous()
+        self.labels = labels[indices].tolist()
+        self.source_indices = indices.tolist()  # rows of load_digits(), for tracing a sample back
+        self.classes = [str(i) for i in range(10)]
+        self.num_classes = 10
+
+    def __len__(self):
+        return len(self.labels)
+
+    def _load(self, index):
+        return self.images[index].clone(), self.labels[index]
+
+
+# -- image folder -------------------------------------------------------------------------------
+@DATASETS.register("image_folder")
+class ImageFolderDataset(ClsDatasetBase):
+    """``root/<class>/<image>`` (sub-folders allowed); classes are the sorted folder names."""
+
+    def __init__(self, root: str, transforms: Optional[list] = None, transformer: Optional[list] = None,
+                 color_mode: str = "RGB"):
+        _check_color_mode(color_mode)
+        super().__init__(_transforms(transforms, transformer))
+        if not os.path.isdir(root):
+            raise DataError(f"image_folder root is not a directory: {root}")
+        self.root = root
+        self.color_mode = color_mode
+        self.classes = sorted(d.name for d in os.scandir(root) if d.is_dir() and not d.name.startswith("."))
+        if not self.classes:
+            raise DataError(f"{root} has no class folders (expected root/<class>/<image>)")
+        self.num_classes = len(self.classes)
+        self.samples = []
+        for label, name in enumerate(self.classes):
+            files = []
+            for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
+                dirnames.sort()
+                files += [os.path.join(dirpath, f) for f in sorted(filenames)
+                          if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")]
+            if not files:
+                raise DataError(f"class folder {os.path.join(root, name)} has no images "
+                                f"({', '.join(IMAGE_EXTENSIONS)})")
+            self.samples += [(f, label) for f in files]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def _load(self, index):
+        path, label = self.samples[index]
+        return load_image(path, self.color_mode), label
+
+
+# -- UP's cls meta files --------------------------------------------------------------------------
+def _parse_label(value, where):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise DataError(f"{where}: label must be an integer class index, got {value!r}")
+    try:
+        label = int(value)
+    except ValueError:
+        raise DataError(f"{where}: label {value!r} is not an integer") from None
+    if label < 0:
+        raise DataError(f"{where}: label {label} is negative")
+    return label
+
+
+def _parse_json_line(line, where):
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(rec, dict) or "filename" not in rec or "label" not in rec:
+        raise DataError(f"{where}: expected a JSON object with 'filename' and 'label'")
+    if not isinstance(rec["filename"], str):
+        raise DataError(f"{where}: 'filename' must be a string")
+    return rec["filename"], _parse_label(rec["label"], where)
+
+
+def _parse_text_line(line, where):
+    parts = line.rsplit(None, 1)  # split from the right: file names may contain spaces
+    if len(parts) != 2:
+        raise DataError(f"{where}: expected 'relative/path label', got {line!r}")
+    return parts[0], _parse_label(parts[1], where)
+
+
+@DATASETS.register("cls")
+class ClsMetaDataset(ClsDatasetBase):
+    """UP's ``cls`` dataset: a meta file of ``relative/path label`` lines (meta_type imagenet)
+    or of JSON records ``{"filename", "label"}`` (custom_cls; .json/.jsonl or lines starting
+    with ``{``). Images are ``image_dir/filename``. UP's ``image_reader: {type, kwargs:
+    {image_dir, color_mode}}`` is accepted too. check_files: stat every image up front, so a
+    missing file fails before training instead of mid-epoch."""
+
+    META_TYPES = ("imagenet", "custom_cls")
+
+    def __init__(self, meta_file: str, image_dir: str = "", color_mode: str = "RGB",
+                 transforms: Optional[list] = None, transformer: Optional[list] = None,
+                 meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
+                 classes: Optional[list] = None, num_classes: Optional[int] = None,
+                 check_files: bool = True):
+        if image_reader:
+            for key, value in (image_reader.get("kwargs") or {}).items():
+                if key == "image_dir":
+                    image_dir = image_dir or value
+                elif key == "color_mode":
+                    color_mode = value
+                else:
+                    raise ConfigError(f"image_reader.kwargs.{key}", "unknown key",
+                                      did_you_mean(key, ["image_dir", "color_mode"]))
+        _check_color_mode(color_mode)
+        if meta_type is not None and meta_type not in self.META_TYPES:
+            raise ConfigError("meta_type", f"{meta_type!r} is not one of {', '.join(self.META_TYPES)}",
+                              did_you_mean(meta_type, self.META_TYPES))
+        super().__init__(_transforms(transforms, transformer))
+        self.meta_file = meta_file
+        self.image_dir = image_dir
+        self.color_mode = color_mode
+        self.records = self._parse(meta_file, meta_type)  # (path, label, line number)
+        if check_files:
+            for path, _, lineno in self.records:
+                if not os.path.isfile(path):
+                    raise DataError(f"{meta_file}:{lineno}: image not found: {path}")
+        self._set_classes(classes, num_classes)
+
+    def _parse(self, meta_file, meta_type):
+        if not os.path.isfile(meta_file):
+            raise DataError(f"meta file not found: {meta_file}")
+        try:
+            with open(meta_file, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read meta file {meta_file}: {exc}") from None
+        numbered = [(i + 1, line.strip()) for i, line in enumerate(lines) if line.strip()]
+        if not numbered:
+            raise DataError(f"meta file {meta_file} is empty (no records)")
+        if meta_type is None:
+            is_json = meta_file.lower().endswith((".json", ".jsonl")) or numbered[0][1].startswith("{")
+        else:
+            is_json = meta_type == "custom_cls"
+        parse = _parse_json_line if is_json else _parse_text_line
+        records = []
+        for lineno, line in numbered:
+            filename, label = parse(line, f"{meta_file}:{lineno}")
+            records.append((os.path.join(self.image_dir, filename), label, lineno))
+        return records
+
+    def _set_classes(self, classes, num_classes):
+        if classes is not None and num_classes is not None and len(classes) != num_classes:
+            raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
+        if classes is not None:
+            num_classes = len(classes)
+        if num_classes is not None:
+            for _, label, lineno in self.records:
+                if label >= num_classes:
+                    raise DataError(f"{self.meta_file}:{lineno}: label {label} is out of range "
+                                    f"for {num_classes} classes")
+        else:
+            num_classes = max(label for _, label, _ in self.records) + 1
+        self.num_classes = num_classes
+        self.classes = [str(c) for c in classes] if classes is not None else [str(i) for i in range(num_classes)]
+
+    def __len__(self):
+        return len(self.records)
+
+    def _load(self, index):
+        path, label, lineno = self.records[index]
+        return load_image(path, self.color_mode, where=f"{self.meta_file}:{lineno}"), label

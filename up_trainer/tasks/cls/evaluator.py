@@ -1,0 +1,76 @@
+"""Top-k accuracy (UP's ``imagenet`` evaluator; alias ``accuracy``).
+
+The trainer calls reset(), process(batch, outputs) per batch, gathers results() from every
+rank, de-duplicates them by ``index`` and calls evaluate(results). Per-sample records are
+small CPU python data, so gathering them across processes is cheap and picklable.
+"""
+import json
+import os
+
+import torch
+
+from ...errors import ConfigError
+from ...registry import EVALUATORS
+
+
+@EVALUATORS.register("imagenet", aliases=("accuracy",))
+class TopKAccuracy:
+    """top-k accuracy in percent for every k in topk (k above the class count is clamped)."""
+
+    def __init__(self, topk: list = (1, 5)):
+        topk = list(topk)
+        if not topk or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in topk):
+            raise ConfigError("topk", f"expected a list of positive integers, got {topk!r}")
+        self.topk = sorted(set(topk))
+        self.primary_metric = f"top{self.topk[0]}" if 1 not in self.topk else "top1"
+        self._records = []
+
+    def metric_keys(self):
+        return [f"top{k}" for k in self.topk] + ["num_samples"]
+
+    def reset(self):
+        self._records = []
+
+    @torch.no_grad()
+    def process(self, batch, outputs):
+        scores = outputs.get("scores")
+        if scores is None:
+            scores = outputs["logits"].float().softmax(dim=1)
+        scores = scores.detach().float().cpu()
+        k = min(max(self.topk), scores.shape[1])
+        top_scores, top_idx = scores.topk(k, dim=1)
+        indices = batch["index"]
+        indices = indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
+        labels = batch.get("label")
+        labels = labels.tolist() if isinstance(labels, torch.Tensor) else [None] * len(indices)
+        for i, index in enumerate(indices):
+            self._records.append({
+                "index": int(index),
+                "label": None if labels[i] is None else int(labels[i]),
+                "pred": int(top_idx[i, 0]),
+                "score": float(top_scores[i, 0]),
+                "topk": top_idx[i].tolist(),
+            })
+
+    def results(self):
+        return list(self._records)
+
+    def evaluate(self, results):
+        # De-duplicated here too: a padded distributed sampler may repeat samples.
+        unique = {r["index"]: r for r in results}
+        labeled = [r for r in unique.values() if r["label"] is not None]
+        n = len(labeled)
+        metrics = {}
+        for k in self.topk:
+            hits = sum(1 for r in labeled if r["label"] in r["topk"][:k])
+            metrics[f"top{k}"] = 100.0 * hits / n if n else 0.0
+        metrics["num_samples"] = n
+        return metrics
+
+    def write_results(self, results, path):
+        """One JSON object per sample, ordered by index: index, label, pred, score, topk."""
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        unique = {r["index"]: r for r in results}
+        with open(path, "w", encoding="utf-8") as f:
+            for index in sorted(unique):
+                f.write(json.dumps(unique[index]) + "\n")
