@@ -34,8 +34,10 @@ class TinyCNN(_Classifier):
                                       nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(4 * channels, num_classes))
 
 
-def digits_cfg(net="test_mlp", train_subset=None, test_subset=96, batch_size=16, max_epoch=2, **sections):
-    """A config on the digits dataset (8x8) with a tiny model; sections are merged shallowly."""
+def digits_cfg(net="test_mlp", train_subset=None, test_subset=96, batch_size=16, max_epoch=2, quiet=True,
+               **sections):
+    """A config on the digits dataset (8x8) with a tiny model; sections are merged shallowly.
+    ``quiet`` drops the default logger hook (tensorboard + plots cost seconds per run)."""
     train_kwargs = {"split": "train"}
     if train_subset:
         train_kwargs["subset"] = train_subset
@@ -48,6 +50,8 @@ def digits_cfg(net="test_mlp", train_subset=None, test_subset=96, batch_size=16,
         "saver": {"save_dir": "checkpoints"},
         "net": {"type": net},
     }
+    if quiet:
+        cfg["default_hooks"] = {"logger": None}
     for name, value in sections.items():
         if isinstance(value, dict) and isinstance(cfg.get(name), dict):
             cfg[name] = {**cfg[name], **value}

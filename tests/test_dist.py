@@ -173,7 +173,10 @@ def test_ddp_resume_under_simulated_slurm_is_bitwise(trained):
     assert "eval epoch 4" in outs[0][0] and "eval epoch" not in outs[1][0]  # rank 1 stays quiet
     straight, again = load(two / "checkpoints" / "ckpt_e4.pth"), load(resumed / "checkpoints" / "ckpt_e4.pth")
     assert straight["iter"] == again["iter"] == 32
-    for part in ("model", "optimizer"):
+    # every rank continued its own RNG stream (rank 1's differs from rank 0's)
+    assert len(straight["rng_ranks"]) == 2
+    assert not torch.equal(straight["rng_ranks"][0]["torch"], straight["rng_ranks"][1]["torch"])
+    for part in ("model", "optimizer", "rng_ranks"):
         x, y = tensors(straight[part]), tensors(again[part])
         assert x.keys() == y.keys() and x
         for k in x:

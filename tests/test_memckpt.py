@@ -15,6 +15,16 @@ from up_trainer.registry import HOOKS, MODELS
 LEVEL2 = {"backbone": {"patterns_mode": "level", "level": {"num": 2}}}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # The box is shared and loaded: idle OpenMP workers spinning for a core cost more than
+    # they give on these tiny tensors, and make the process-time measurements noisy.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def resnet(arch="resnet18"):
     torch.manual_seed(0)
     return MODELS.build({"type": arch, "kwargs": {"num_classes": 10, "in_channels": 1, "small_input": True}})
@@ -171,7 +181,7 @@ def test_gradients_equal_with_and_without_checkpointing(make, patterns):
     plain, ckpt = make(), make()
     h = hook(patterns)
     h.before_train(trainer(ckpt))
-    b = batch(12)
+    b = batch(8, n=2)
     torch.manual_seed(1)
     step(plain, None, b, 1)
     torch.manual_seed(1)
@@ -206,10 +216,10 @@ def test_eval_is_not_checkpointed():
     m = resnet()
     h = hook()
     h.before_train(trainer(m))
-    h.before_forward(trainer(m), 1, batch(8))
+    h.before_forward(trainer(m), 1, batch(8, n=2))
     m.eval()
     with torch.no_grad():
-        m(batch(8))
+        m(batch(8, n=2))
     assert h.ctrl.checkpointed_calls == 0
 
 
@@ -222,11 +232,11 @@ def saved_bytes(model, b):
 
 def test_static_mode_lowers_saved_activation_bytes():
     m = resnet()
-    none = saved_bytes(m, batch(16))
+    none = saved_bytes(m, batch(8, n=2))
     h = hook()
     h.before_train(trainer(m))
-    h.before_forward(trainer(m), 1, batch(16))
-    static = saved_bytes(m, batch(16))
+    h.before_forward(trainer(m), 1, batch(8, n=2))
+    static = saved_bytes(m, batch(8, n=2))
     assert static * 2 < none
 
 
@@ -234,8 +244,8 @@ SIZES = [8, 16, 12, 20, 16, 8, 20, 12, 16, 20, 12, 8]  # variable input sizes, r
 
 
 def run_dynamic(budget_bytes, strategy="greedy", warmup=3):
-    m = resnet()
-    h = hook(dc_cfg={"warmup_iters": warmup, "max_memory": budget_bytes / 2**30, "debug_freq": 4,
+    m = DropNet()
+    h = hook(PATTERNS_DROPNET, dc_cfg={"warmup_iters": warmup, "max_memory": budget_bytes / 2**30, "debug_freq": 4,
                      "strategy": strategy, "bucket": 4})
     h.before_train(trainer(m))
     measured = []
@@ -247,9 +257,9 @@ def run_dynamic(budget_bytes, strategy="greedy", warmup=3):
 
 def extremes():
     """Activation bytes per size without checkpointing and with every candidate checkpointed."""
-    m = resnet()
+    m = DropNet()
     none = {s: saved_bytes(m, batch(s)) for s in set(SIZES)}
-    h = hook()
+    h = hook(PATTERNS_DROPNET)
     h.before_train(trainer(m))
     h.before_forward(trainer(m), 1, batch(8))
     full = {s: saved_bytes(m, batch(s)) for s in set(SIZES)}
@@ -292,9 +302,9 @@ def test_resume_keeps_profile(tmp_path):
     h, m, _ = run_dynamic(budget)
     torch.save({"hooks": {"memory_checkpoint": h.state_dict()}}, tmp_path / "c.pth")
     state = torch.load(tmp_path / "c.pth", weights_only=True)["hooks"]["memory_checkpoint"]
-    h2 = hook(dc_cfg={"warmup_iters": 3, "max_memory": budget / 2**30, "bucket": 4})
+    h2 = hook(PATTERNS_DROPNET, dc_cfg={"warmup_iters": 3, "max_memory": budget / 2**30, "bucket": 4})
     h2.load_state_dict(state)
-    m2 = resnet()
+    m2 = DropNet()
     h2.before_train(trainer(m2))
     assert h2.planner is not None and not h2.profiling  # no re-profiling after resume
     step(m2, h2, batch(20), 1)
@@ -315,3 +325,32 @@ def test_greedy_takes_fewest_modules_memory_time_least_time():
     assert greedy.units == {"A"} and greedy.fits
     assert knap.units == {"B", "C"} and knap.fits and knap.seconds < greedy.seconds
     assert planner.Planner(prof, ["A", "B", "C"], 100 / planner.GB).plan(2).units == frozenset()
+
+
+# -- a detector (tasks/det): backbone blocks, FPN convs, a head shared over 5 FPN levels -----------
+def test_detector_gradients_equal_and_fewer_bytes():
+    def det():
+        torch.manual_seed(0)
+        return MODELS.build({"type": "retinanet", "kwargs": {"num_classes": 3, "backbone": "resnet18",
+                                                            "min_size": 64, "max_size": 64, "fpn_channels": 32}})
+    g = torch.Generator().manual_seed(0)
+    b = {"image": [torch.rand(3, 64, 64, generator=g), torch.rand(3, 48, 64, generator=g)],
+         "target": [{"boxes": torch.tensor([[4., 4., 30., 30.]]), "labels": torch.tensor([1])},
+                    {"boxes": torch.tensor([[10., 8., 40., 30.]]), "labels": torch.tensor([2])}]}
+    patterns = {"backbone": {"patterns_mode": "level", "level": {"num": 2}},
+                "neck": {"patterns_mode": "level", "level": {"num": 2}},
+                "head": {"patterns_mode": "name", "name_list": ["classification_head.conv", "regression_head.conv"],
+                         "share_weight_num": 5}}
+    plain, ckpt = det(), det()
+    out, none = profiler.measure(plain, plain, b)
+    sum(v for k, v in out.items() if "loss" in k).backward()
+    h = hook(patterns)
+    h.before_train(trainer(ckpt))
+    h.before_forward(trainer(ckpt), 1, b)
+    out, static = profiler.measure(ckpt, ckpt, b)
+    sum(v for k, v in out.items() if "loss" in k).backward()
+    assert {f"head.regression_head.conv#{i}" for i in range(5)} <= set(h.ctrl.units)
+    assert h.ctrl.recompute_calls == len(h.ctrl.units)  # each head call recomputed once
+    assert static < 0.7 * none
+    for (name, p), q in zip(plain.named_parameters(), ckpt.parameters()):
+        assert (p.grad is None) == (q.grad is None) and (p.grad is None or torch.equal(p.grad, q.grad)), name

@@ -179,3 +179,19 @@ def test_summary_is_logged(caplog):
     text = caplog.text
     assert "optimizer param groups (3; 0 frozen tensors left out)" in text
     assert "] norm " in text and "] bias " in text and "weight_decay=0 " in text
+
+
+def test_layer_decay_on_a_detector_resnet_trunk():
+    from torchvision.models._utils import IntermediateLayerGetter
+
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = IntermediateLayerGetter(resnet18(), {"layer2": "0", "layer3": "1"})
+            self.head = nn.Conv2d(256, 4, 1)
+
+    model = Detector()
+    s = settings(sgd(model, paramwise_cfg={"decay_rate": 0.5, "decay_type": "stage_wise"}), model)
+    assert s["backbone.conv1.weight"][0] == pytest.approx(0.1 * 0.5 ** 4)  # stages 1..3, head 4
+    assert s["backbone.layer3.0.conv1.weight"][0] == pytest.approx(0.1 * 0.5)
+    assert s["head.weight"][0] == pytest.approx(0.1)

@@ -166,14 +166,15 @@ def test_server_down_never_blocks_or_raises(dead_url, warnings_logged):
     assert "not delivered" in text and "ConnectionError" in text and TOKEN not in text
 
 
-def _training_like_loop(writer, iters=120):
-    """A small conv net's forward/backward/step per iteration, plus what the logger sends."""
+def _training_like_loop(writer, iters=15):
+    """A small conv net's forward/backward/step per iteration (~10 ms of CPU) plus four
+    scalars per iteration: what the logger sends with freq 1, its most talkative setting."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(16 * 16 * 16, 10))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(32 * 16 * 16, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
-    t0 = time.perf_counter()
+    x, y = torch.randn(64, 3, 16, 16), torch.randint(0, 10, (64,))
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(iters):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -182,13 +183,14 @@ def _training_like_loop(writer, iters=120):
         if writer is not None:
             for k in range(4):
                 writer.add_scalar(f"train/loss{k}", 0.5 + k, i)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 SLOW_SERVER = """
 import sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         time.sleep(float(sys.argv[1]))
@@ -215,22 +217,40 @@ def slow_server():
 def test_slow_server_does_not_slow_training(slow_server):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    wall, cpu = [], []
     try:
-        _training_like_loop(None, 20)  # warm up allocator and kernels
-        with_writer, without = [], []
-        w = PaviWriter(url=slow_server, batch_size=20, queue_size=100000, flush_interval=0.05)
-        for _ in range(5):  # interleaved; min of each is robust to other processes on the box
-            without.append(_training_like_loop(None))
-            with_writer.append(_training_like_loop(w))
-        backlog, posts = len(w._queue), w.batches_sent
-        w.close(timeout=1)
+        _training_like_loop(None, 5)  # warm up allocator and kernels
+        for i in range(6):
+            # A fresh writer per run, so no thread outlives it; connected before the clock starts,
+            # as it is long before a real run's first log line.
+            w = PaviWriter(url=slow_server, batch_size=40, flush_interval=60)
+            w.add_scalar("warmup", 0.0, 0)
+            assert w.flush(timeout=10)
+            w._seq = 0
+            # The writer posts at iteration 10 (batches of 40) whatever the machine's speed: the
+            # 0.3 s server is hit mid-run, so blocking on it would add 30 % or more.
+            if i % 2:  # order alternates within the pairs
+                with_w, without = _training_like_loop(w), _training_like_loop(None)
+            else:
+                without, with_w = _training_like_loop(None), _training_like_loop(w)
+            posts, backlog = w._seq, len(w._queue)
+            w.close(timeout=0)
+            assert posts == 1 and backlog == 20  # the server was hit; the rest waits for a full batch
+            wall.append(with_w[0] / without[0])
+            cpu.append(with_w[1] / without[1])
     finally:
         torch.set_num_threads(threads)
-    ratio = min(with_writer) / min(without)
-    print(f"slow server: {min(with_writer):.3f}s vs no writer {min(without):.3f}s, ratio {ratio:.3f}, "
-          f"{posts} posts answered, backlog {backlog}")
-    assert backlog > 0  # the server really was too slow to keep up
-    assert ratio < 1.05, (with_writer, without)
+    # Adjacent runs share the box's load; the median of the paired ratios ignores load spikes.
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    print(f"slow server: median paired ratio wall {med(wall):.3f}, process CPU {med(cpu):.3f}; "
+          f"wall ratios {[round(r, 3) for r in wall]}")
+    # The process's CPU time is what the writer costs training, and it is immune to other
+    # processes; wall time is too, on a quiet box. On an oversubscribed one (other jobs'
+    # load beyond the cores) wall ratios swing +-20 % with no writer at all, so there the
+    # wall check only proves that nothing waits for the server (that would be >= 1.3).
+    assert med(cpu) < 1.05, cpu
+    overloaded = os.getloadavg()[0] > (os.cpu_count() or 1)
+    assert med(wall) < (1.25 if overloaded else 1.05), wall
 
 
 # -- through the logger in a real (tiny) training run --------------------------------------------------
@@ -239,7 +259,7 @@ TINY = ["dataset.train.kwargs.subset=32", "dataset.test.kwargs.subset=16", "data
         "default_hooks.best=null", "default_hooks.checkpoint=null"]
 
 
-def train_with_pavi(tmp_path, url, **writer_kwargs):
+def train_with_pavi(tmp_path, url, *opts, **writer_kwargs):
     with open(os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml")) as f:
         cfg = yaml.safe_load(f)
     cfg["hooks"] = [{"type": "train_val_logger", "kwargs": {
@@ -247,7 +267,7 @@ def train_with_pavi(tmp_path, url, **writer_kwargs):
         "writer_kwargs": {"url": url, "project": "digits", "token": TOKEN, "flush_interval": 0.05, **writer_kwargs}}}]
     path = write_cfg(tmp_path / "pavi.yaml", cfg)
     t0 = time.perf_counter()
-    res = invoke(["train", "--config", path, "--work-dir", tmp_path / "run", "--opts", *TINY])
+    res = invoke(["train", "--config", path, "--work-dir", tmp_path / "run", "--opts", *TINY, *opts])
     assert res.exit_code == 0, (res.stderr, res.exception, res.stdout[-3000:])
     with open(tmp_path / "run" / "train.log") as f:
         log_text = f.read()
@@ -265,8 +285,9 @@ def test_training_delivers_to_pavi(server, tmp_path):
 
 
 def test_training_survives_a_dead_server(dead_url, tmp_path):
-    res, log_text, _ = train_with_pavi(tmp_path, dead_url, max_retries=1, backoff=0.01, close_timeout=1.0)
+    res, log_text, _ = train_with_pavi(tmp_path, dead_url, "trainer.max_epoch=1", max_retries=1, backoff=0.01,
+                                       close_timeout=1.0)
     assert "pavi writer:" in log_text and "not delivered" in log_text
     with open(tmp_path / "run" / "metrics.csv") as f:
-        assert len(f.read().splitlines()) == 1 + 4 + 2  # header, 4 train rows, 2 eval rows
+        assert len(f.read().splitlines()) == 1 + 2 + 1  # header, 2 train rows, 1 eval row
     assert TOKEN not in res.stdout and TOKEN not in log_text

@@ -164,7 +164,7 @@ def test_sigkill_during_checkpoint_write_leaves_loadable_files(tmp_path):
     cmd = [sys.executable, "-m", "up_trainer", "train", "--work-dir", str(run_dir), "--config"]
     proc = subprocess.Popen(cmd + [write_cfg(tmp_path / "k.yaml", cfg_killed)], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
+    deadline = time.time() + 400
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read()
         assert time.time() < deadline

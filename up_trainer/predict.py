@@ -126,13 +126,12 @@ def _class_names(ds, model):
     return [str(i) for i in range(1, n + 1)]
 
 
-def _load_for_cls(path, ds, in_channels):
+def _load_for_cls(path, size, in_channels):
     from PIL import Image
 
     with Image.open(path) as img:
         img = img.convert("L" if in_channels == 1 else "RGB")
-        size = getattr(ds, "size", None)
-        if isinstance(size, int):
+        if isinstance(size, int):  # the dataset resized at load time (digits' ``size``)
             img = img.resize((size, size), Image.BILINEAR)
         array = torch.from_numpy(__import__("numpy").asarray(img, dtype="uint8").copy())
     array = array[None] if array.dim() == 2 else array.permute(2, 0, 1)
@@ -161,7 +160,9 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
                 rec, drawn = _predict_det(model, path, transform, classes, score_thr, device, load_rgb,
                                           apply_transform)
             else:
-                rec, drawn = _predict_cls(model, path, ds, transform, classes, device)
+                entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
+                size = (entry.get("kwargs") or {}).get("size")
+                rec, drawn = _predict_cls(model, path, size, transform, classes, device)
             png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
             save_png(drawn, png)
             rec["png"] = png
@@ -194,9 +195,9 @@ def _predict_det(model, path, transform, classes, score_thr, device, load_rgb, a
     return rec, draw_boxes(canvas, boxes * factor, labels, classes, scores)
 
 
-def _predict_cls(model, path, ds, transform, classes, device):
+def _predict_cls(model, path, size, transform, classes, device):
     in_channels = getattr(model, "in_channels", 3)
-    image = _load_for_cls(path, ds, in_channels)
+    image = _load_for_cls(path, size, in_channels)
     inp = transform(image) if transform is not None else image
     out = model({"image": inp[None].to(device)})
     scores = out["scores"][0].float().cpu() if "scores" in out else out["logits"][0].float().softmax(0).cpu()

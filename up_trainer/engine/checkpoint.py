@@ -172,15 +172,24 @@ def to_bytes(ckpt):
     return buf.getvalue()
 
 
-def snapshot(obj):
+def snapshot(obj, staging=None, key=()):
     """A copy of a checkpoint dict that later training steps cannot change: tensors are
-    copied to CPU memory, containers rebuilt, anything else deep-copied."""
+    copied to CPU memory, containers rebuilt, anything else deep-copied.
+
+    ``staging`` keeps the CPU buffers between saves: copying into memory that is already
+    mapped is several times faster than allocating it anew (no page faults).
+    """
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        buf = staging.get(key) if staging is not None else None
+        if buf is None or buf.shape != obj.shape or buf.dtype != obj.dtype:
+            buf = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
+            if staging is not None:
+                staging[key] = buf
+        return buf.copy_(obj.detach())
     if isinstance(obj, dict):
-        return {k: snapshot(v) for k, v in obj.items()}
+        return {k: snapshot(v, staging, (*key, k)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(snapshot(v) for v in obj)
+        return type(obj)(snapshot(v, staging, (*key, i)) for i, v in enumerate(obj))
     return copy.deepcopy(obj)
 
 
@@ -198,6 +207,7 @@ class CheckpointStore:
         self.async_write = async_write
         self._thread = None
         self._error = None
+        self._staging = {}  # CPU buffers reused by every background write (one in flight)
 
     def path(self, name):
         return os.path.join(self.save_dir, name)
@@ -212,7 +222,7 @@ class CheckpointStore:
         if not self.async_write:
             self._write(ckpt, names)
         else:
-            state = snapshot(ckpt)
+            state = snapshot(ckpt, self._staging)
             self._thread = threading.Thread(target=self._write_in_background, args=(state, names),
                                             name="up-checkpoint-writer", daemon=True)
             self._thread.start()

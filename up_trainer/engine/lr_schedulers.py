@@ -54,7 +54,7 @@ class ConstantAfterWarmup(LRScheduler):
         return list(self.base_lrs)
 
 
-@LR_SCHEDULERS.register("polylr", aliases=("PolyLR",))
+@LR_SCHEDULERS.register("polylr")
 class PolyLR(LRScheduler):
     """UP's polylr: (base - min_lr) * (1 - t / T) ** power + min_lr, T = max_iter or max_epoch epochs."""
 
@@ -71,7 +71,7 @@ class PolyLR(LRScheduler):
         return [(base - self.min_lr) * coeff + self.min_lr for base in self.base_lrs]
 
 
-@LR_SCHEDULERS.register("cosine", aliases=("CosineLR",))
+@LR_SCHEDULERS.register("cosine")
 class CosineWithFloor(LRScheduler):
     """Half cosine from the base lr (after warmup) down to a floor reached at T_max epochs, then flat."""
 

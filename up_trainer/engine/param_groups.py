@@ -19,7 +19,6 @@ stem/embeddings, L for the head (factor 1).
 """
 import inspect
 import logging
-import re
 
 from torch import nn
 
@@ -283,8 +282,8 @@ def _find_backbone(model):
         for cls, kind in kinds:
             if isinstance(mod, cls):
                 return (f"{name}." if name else ""), mod, kind
-    # torchvision detectors keep the ResNet trunk as an IntermediateLayerGetter named "body".
+    # Detectors keep a ResNet trunk cut into an IntermediateLayerGetter (same child names).
     for name, mod in model.named_modules():
-        if re.search(r"(^|\.)body$", name) and hasattr(mod, "layer1") and hasattr(mod, "conv1"):
-            return f"{name}.", mod, "resnet"
+        if hasattr(mod, "conv1") and hasattr(mod, "layer1") and isinstance(mod, nn.ModuleDict):
+            return (f"{name}." if name else ""), mod, "resnet"
     return "", model, type(model).__name__

@@ -177,8 +177,13 @@ class Trainer:
     def save_checkpoint(self, names):
         """Write the current state under ``names`` (rank 0 only; every rank waits)."""
         paths = []
+        # Each rank's RNG (seeded seed + rank), so a DDP resume continues every rank's stream.
+        rank_rngs = self.dist.gather_object(rng_state()) if self.dist.enabled else None
         if self.dist.is_main:
-            paths = self.store.save(self.checkpoint_dict(), list(names))
+            ckpt = self.checkpoint_dict()
+            if rank_rngs is not None:
+                ckpt["rng_ranks"] = rank_rngs
+            paths = self.store.save(ckpt, list(names))
             log.info("checkpoint %s", ", ".join(paths))
         self.dist.barrier()
         return paths
@@ -193,7 +198,9 @@ class Trainer:
         self.state.load_state_dict(ckpt.get("state") or {"epoch": ckpt["epoch"], "iter": ckpt["iter"]})
         self.hooks.load_state_dict(ckpt.get("hooks") or {})
         if ckpt.get("rng") is not None:
-            set_rng_state(ckpt["rng"])
+            ranks = ckpt.get("rng_ranks")  # present when saved under DDP; usable at the same world size
+            same_world = ranks is not None and len(ranks) == self.dist.world_size
+            set_rng_state(ranks[self.dist.rank] if same_world else ckpt["rng"])
         self.hooks.call("after_load_checkpoint", self, ckpt)
         self.rewound = True
         st = self.state

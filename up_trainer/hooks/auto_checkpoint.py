@@ -146,6 +146,9 @@ class AutoCheckpoint(Hook):
     def before_save_checkpoint(self, trainer, ckpt):
         self._saved_iter = trainer.state.iter
 
+    def after_load_checkpoint(self, trainer, ckpt):
+        self._saved_iter = None  # e.g. a nan_guard rollback: what latest names is no longer "now"
+
     def on_exception(self, trainer, exc):
         self._restore_handlers()
         if not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt) or not self._consistent:

@@ -78,13 +78,20 @@ class GradClipper(Hook):
         if not grads:
             return 0.0, False
         limit = self.threshold()
-        norm_t = torch.nn.utils.get_total_norm(grads, self.norm_type)
+        utils = torch.nn.utils
+        if hasattr(utils, "get_total_norm"):  # torch >= 2.6: measure once, clip with that norm
+            norm_t = utils.get_total_norm(grads, self.norm_type)
+        else:  # max_norm=inf scales by exactly 1.0: a pure measurement
+            norm_t = utils.clip_grad_norm_(params, math.inf, self.norm_type)
         norm = float(norm_t)
         if not math.isfinite(norm):
             return norm, False
         clipped = limit is not None and norm > limit
         if clipped:  # torch's own formula: grads *= max_norm / (norm + 1e-6)
-            torch.nn.utils.clip_grads_with_norm_(params, limit, norm_t)
+            if hasattr(utils, "clip_grads_with_norm_"):
+                utils.clip_grads_with_norm_(params, limit, norm_t)
+            else:
+                utils.clip_grad_norm_(params, limit, self.norm_type)
         self.record(norm)
         return norm, clipped
 

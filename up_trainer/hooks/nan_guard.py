@@ -26,8 +26,8 @@ import math
 
 import torch
 
-from ..registry import HOOKS
 from ..errors import ConfigError
+from ..registry import HOOKS
 from .auto_checkpoint import max_over_ranks
 from .base import Hook
 

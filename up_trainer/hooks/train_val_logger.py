@@ -130,7 +130,7 @@ class TrainValLogger(Hook):
                 raise ConfigError("train_val_logger.summary_writer",
                                   f"{self.summary_writer} writer unavailable: {exc}",
                                   "install it, or set summary_writer: none") from None
-            where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {self.summary_writer} {logdir}"
+            where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {logdir}"
             atexit.register(self._close_writer)  # interrupted runs skip after_train
         log.info("logging every %d iterations to %s", self._freq, where)
 

@@ -11,7 +11,7 @@ For each top-level module of the model named in the patterns (``backbone``, ``ne
   FPN levels); each call index 0..K-1 becomes its own unit the planner can choose, calls past
   K-1 follow unit K-1.
 
-Excluded (logged): leaves without parameters (activations, pooling, dropout, Identity:
+Excluded (logged): ModuleList / ModuleDict (never called themselves), leaves without parameters (activations, pooling, dropout, Identity:
 checkpointing one of them alone keeps its input and saves next to nothing), and modules that
 modify an input in place -- recomputation would then start from the modified tensor. The
 static rule here: the module's first leaf in registration order (or the module itself) has
@@ -97,6 +97,8 @@ def first_leaf(module):
 
 def static_exclusion(module):
     """Why ``module`` cannot or should not be a candidate, or None."""
+    if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+        return "container without a forward of its own (its items are called): use a deeper level"
     leaf = not any(True for _ in module.children())
     if leaf and not any(True for _ in module.parameters()):
         return "parameter-free leaf"

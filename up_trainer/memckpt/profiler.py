@@ -197,15 +197,25 @@ class LinearFit:
         return max(0.0, self.a * n + self.b)
 
 
-class RatioFit(LinearFit):
-    """y = a * n with a = median(y / n): timings on a shared machine have outliers (a
-    descheduled thread makes one call 100x slower) that least squares would follow."""
+def _median(v):
+    v = sorted(v)
+    k = len(v)
+    return 0.0 if not k else (v[k // 2] if k % 2 else (v[k // 2 - 1] + v[k // 2]) / 2)
+
+
+class RobustFit(LinearFit):
+    """Theil-Sen line (median pairwise slope, median intercept): timings on a shared machine
+    have outliers (a descheduled thread makes one call 100x slower) that least squares follows.
+    Through the origin (median ratio) when all n are equal."""
 
     def __init__(self, ns, ys):
-        ratios = sorted(y / n for n, y in zip(ns, ys) if n)
-        k = len(ratios)
-        self.a = (ratios[k // 2] if k % 2 else (ratios[k // 2 - 1] + ratios[k // 2]) / 2) if k else 0.0
-        self.b = 0.0
+        slopes = [(ys[j] - ys[i]) / (ns[j] - ns[i]) for i in range(len(ns)) for j in range(i + 1, len(ns))
+                  if ns[j] != ns[i]]
+        if slopes:
+            self.a = _median(slopes)
+            self.b = _median([y - self.a * n for n, y in zip(ns, ys)])
+        else:
+            self.a, self.b = _median([y / n for n, y in zip(ns, ys) if n]), 0.0
         my = sum(ys) / len(ys)
         syy = sum((y - my) ** 2 for y in ys)
         sse = sum((y - self(n)) ** 2 for n, y in zip(ns, ys))
@@ -225,12 +235,12 @@ class FittedProfile:
         keys = sorted({k for s in samples for k in s["groups"]})
         self.groups = [(*parse_group(k), LinearFit(ns, [s["groups"].get(k, 0) for s in samples])) for k in keys]
         units = sorted({u for s in samples for u in s["times"]})
-        self.times = {u: RatioFit(ns, [s["times"].get(u, 0.0) for s in samples]) for u in units}
+        self.times = {u: RobustFit(ns, [s["times"].get(u, 0.0) for s in samples]) for u in units}
         overheads = [s.get("overhead") for s in samples]
         self.overhead = LinearFit(ns, overheads) if all(o is not None for o in overheads) else None
         self.units = sorted({u for savers, inputs, _ in self.groups for u in savers | inputs} - {OUTSIDE, HELD})
         self.memory_fit = LinearFit(ns, [float(s["total"]) for s in samples])
-        self.time_fit = RatioFit(ns, [sum(s["times"].values()) for s in samples])
+        self.time_fit = RobustFit(ns, [sum(s["times"].values()) for s in samples])
         # Fits are linear; real memory is not exactly (strided convs round up). Scale every
         # prediction by the worst under-prediction seen on the warmup samples.
         self.margin = 1.0

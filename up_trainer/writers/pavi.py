@@ -49,11 +49,11 @@ def _wire_number(v):
 class PaviWriter:
     """Scalars as JSON batches posted from a background thread (never blocks training)."""
 
-    def __init__(self, logdir: Optional[str] = None, start_iter: int = 0, start_epoch: int = 0, url: Optional[str] = None,
-                 project: str = "default", run_name: Optional[str] = None, token: Optional[str] = None,
-                 batch_size: int = 200, queue_size: int = 10000, flush_interval: float = 2.0,
-                 timeout: float = 10.0, max_retries: int = 5, backoff: float = 1.0, max_backoff: float = 30.0,
-                 close_timeout: float = 10.0):
+    def __init__(self, logdir: Optional[str] = None, start_iter: int = 0, start_epoch: int = 0,
+                 url: Optional[str] = None, project: str = "default", run_name: Optional[str] = None,
+                 token: Optional[str] = None, batch_size: int = 200, queue_size: int = 10000,
+                 flush_interval: float = 2.0, timeout: float = 10.0, max_retries: int = 5, backoff: float = 1.0,
+                 max_backoff: float = 30.0, close_timeout: float = 10.0):
         self.validate_kwargs(dict(url=url, batch_size=batch_size, queue_size=queue_size,
                                   flush_interval=flush_interval, timeout=timeout, max_retries=max_retries,
                                   backoff=backoff, max_backoff=max_backoff, close_timeout=close_timeout))
@@ -173,6 +173,10 @@ class PaviWriter:
             import requests
 
             session = requests.Session()
+            # Proxies from the environment resolved once; per-post environment and netrc
+            # lookups would cost CPU in the training process on every batch.
+            session.proxies.update(requests.utils.get_environ_proxies(self.url))
+            session.trust_env = False
             while True:
                 with self._cond:
                     end = time.monotonic() + self.flush_interval

@@ -5,6 +5,7 @@ Every dataset has ``num_classes`` and ``classes``. Bad data raises one DataError
 the file (and the line of a meta file). Transforms draw from torch's global RNG, which the
 loader seeds per sample, so augmentation is reproducible across workers and resumes.
 """
+import functools
 import json
 import os
 from typing import Optional
@@ -89,6 +90,15 @@ def stratified_split(labels, test_ratio, seed):
     return train, test
 
 
+@functools.lru_cache(maxsize=1)
+def _load_digits():
+    """(images 1797x8x8 in 0..16, labels); parsed once per process for both splits."""
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+
+    digits = load_digits()
+    return digits.images, digits.target.astype(np.int64)
+
+
 @DATASETS.register("digits")
 class DigitsDataset(ClsDatasetBase):
     """scikit-learn's bundled handwritten digits: 1797 real 8x8 gray images, 10 classes.
@@ -112,15 +122,12 @@ class DigitsDataset(ClsDatasetBase):
         if subset is not None and subset < 1:
             raise ConfigError("subset", f"must be >= 1, got {subset}")
         super().__init__(_transforms(transforms, transformer))
-        from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
-
-        digits = load_digits()
-        labels = digits.target.astype(np.int64)
+        all_images, labels = _load_digits()
         train, test = stratified_split(labels, test_ratio, split_seed)
         indices = {"train": train, "test": test, "all": np.arange(len(labels))}[split]
         if subset is not None:
             indices = indices[:subset]
-        images = torch.from_numpy(digits.images[indices].astype(np.float32) / 16.0).unsqueeze(1)
+        images = torch.from_numpy(all_images[indices].astype(np.float32) / 16.0).unsqueeze(1)
         if size != images.shape[-1]:
             images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
         self.images = images.contiguous()

@@ -143,6 +143,9 @@ class ClassificationModel(nn.Module):
             net = torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
         except TypeError as exc:
             raise ConfigError("arch_kwargs", f"torchvision {arch}: {exc}") from None
+        except (ValueError, AssertionError) as exc:  # e.g. a ViT image_size the patch size does not divide
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError("image_size" if image_size is not None else None, f"torchvision {arch}: {first}") from None
         if small_input:
             if family not in _SMALL_STEMS:
                 supported = ", ".join(sorted(_SMALL_STEMS))
@@ -158,7 +161,12 @@ class ClassificationModel(nn.Module):
         self.label_smoothing = label_smoothing
         self.pretrained_report = None
         if pretrained:
-            self.pretrained_report = self.load_pretrained(pretrained)
+            from ...errors import CheckpointError
+
+            try:
+                self.pretrained_report = self.load_pretrained(pretrained)
+            except CheckpointError as exc:
+                raise ConfigError("pretrained", str(exc)) from None
 
     def load_pretrained(self, path):
         """Load what fits from a local weights file; report (never fail on) the rest."""
@@ -198,13 +206,13 @@ class ClassificationModel(nn.Module):
         if image.dim() == 4 and image.shape[1] != self.in_channels:
             raise ConfigError(None, f"{self.arch} expects {self.in_channels}-channel images, the batch has "
                               f"{image.shape[1]}", "set the net's in_channels or the dataset's color_mode")
+        label = batch.get("label")
+        if label is None and self.training:
+            raise ValueError("training needs batch['label']")
         logits = self.backbone(image)
         out = {"logits": logits}
-        label = batch.get("label")
         if label is not None:
             out["loss"] = F.cross_entropy(logits, label, label_smoothing=self.label_smoothing)
-        elif self.training:
-            raise ValueError("training needs batch['label']")
         if not self.training:
             scores = logits.softmax(dim=1)
             out["scores"] = scores

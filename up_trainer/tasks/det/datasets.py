@@ -202,6 +202,8 @@ class CocoDetection(DetDataset):
                 box = [float(x), float(y), float(x) + float(bw), float(y) + float(bh)]
             except (KeyError, TypeError, ValueError) as exc:
                 self.bad(f"{where}: malformed annotation ({exc!r})")
+                if isinstance(ann, dict) and "image_id" in ann:
+                    bad_images.add(ann["image_id"])
                 continue
             rec = images.get(image_id)
             if rec is None:
