@@ -177,8 +177,16 @@ def test_pretrained_from_our_checkpoint_format(tmp_path):
 
 
 def test_pretrained_missing_file_is_a_user_error(tmp_path):
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(UserError, match="not found") as exc:
         build("resnet18", num_classes=3, pretrained=str(tmp_path / "nope.pth"))
+    assert exc.value.path == "net.kwargs.pretrained"
+
+
+def test_vit_image_size_must_fit_the_patches():
+    with pytest.raises(ConfigError, match="patch size") as exc:
+        with torch.device("meta"):
+            build("vit_b_16", image_size=30)
+    assert exc.value.path == "net.kwargs.image_size"
 
 
 def test_unknown_model_type_suggests_close_names():

@@ -109,6 +109,7 @@ class TrainValLogger(Hook):
         self._total = trainer.max_epoch * st.epoch_len
         self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
         self._timer, self._seen = _Timer(), 0
+        self._losses = {}  # under DDP: the loss terms averaged over ranks at the last log line
         self._t_prev = self._t_data = self._t_fwd = self._t_fwd_end = self._t_bwd_end = None
         self._stream = sys.stdout
         self._tty = self._main and self.progress_bar and _isatty(self._stream)
@@ -174,7 +175,10 @@ class TrainValLogger(Hook):
         self._t_bwd_end = time.perf_counter()
 
     def after_update(self, trainer, iteration):
-        is_line = self._main and iteration % self._freq == 0  # other ranks only time themselves
+        log_now = iteration % self._freq == 0
+        is_line = self._main and log_now  # other ranks only time themselves ...
+        if log_now and trainer.dist.enabled:  # ... and join the loss average (a collective: all ranks)
+            self._losses = trainer.dist.all_reduce_mean_dict(loss_values(trainer.outputs))
         if is_line and self._cuda:
             import torch
 
@@ -198,7 +202,7 @@ class TrainValLogger(Hook):
     # -- output ------------------------------------------------------------------------------------
     def _log_line(self, trainer, iteration):
         st = trainer.state
-        losses = loss_values(trainer.outputs)
+        losses = self._losses if trainer.dist.enabled else loss_values(trainer.outputs)
         lr = trainer.optim.lr() if trainer.optim is not None else None
         grad_norm = _number(getattr(trainer, "grad_norm", None))
         mem = max_memory_mb(trainer.device)

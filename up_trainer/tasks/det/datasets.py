@@ -30,7 +30,7 @@ EDGE_TOLERANCE = 1.0  # pixels a box may stick out of its image (COCO rounding) 
 
 
 def load_rgb(path, where):
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # lazy: only file-backed datasets read images
 
     try:
         with Image.open(path) as img:
@@ -55,7 +55,7 @@ class DetCollate:
 
 class DetDataset(Dataset):
     """Records -> samples. Subclasses fill ``self.records`` (dicts with image_id, height, width,
-    boxes, labels, ignore, source) and implement ``_image(record)``."""
+    boxes, labels, ignore, source) and implement ``_image(record)`` -> float CxHxW."""
 
     default_evaluator = {"type": "COCO"}
 
@@ -64,12 +64,13 @@ class DetDataset(Dataset):
             raise ConfigError("on_bad_record", f"{on_bad_record!r} is not one of error, skip")
         self.transform = build_transforms(transforms, "transforms")
         self.on_bad_record = on_bad_record
-        self.classes = list(classes)
-        self.num_classes = len(self.classes)
+        self.set_classes(classes, cat_ids)
+        self.records, self.skipped = [], []
+
+    def set_classes(self, classes, cat_ids=None):
+        self.classes, self.num_classes = list(classes), len(classes)
         self.cat_ids = list(cat_ids) if cat_ids is not None else list(range(1, self.num_classes + 1))
         self.collate_fn = DetCollate(self.classes, self.cat_ids)
-        self.records = []
-        self.skipped = []
 
     # -- bad data --------------------------------------------------------------------------
     def bad(self, message):
@@ -78,7 +79,7 @@ class DetDataset(Dataset):
             raise DataError(message + " (set dataset kwargs on_bad_record: skip to drop such records)")
         self.skipped.append(message)
 
-    def report_skipped(self, what):
+    def report_skipped(self, what):  # once per dataset, not once per record
         if self.skipped:
             log.warning("%s: skipped %d bad record(s); first: %s", what, len(self.skipped), self.skipped[0])
 
@@ -97,9 +98,6 @@ class DetDataset(Dataset):
     # -- samples ---------------------------------------------------------------------------
     def __len__(self):
         return len(self.records)
-
-    def _image(self, record):  # -> float CxHxW
-        raise NotImplementedError
 
     def target_of(self, record):
         """The untransformed target of one record (original image coordinates)."""
@@ -267,10 +265,7 @@ class CustomDetection(DetDataset):
             raise DataError(f"{meta_file}: no usable records (empty file or every record skipped)")
         if classes is None:
             n = num_classes or max((max(r["labels"], default=0) for r in records), default=0) or 1
-            self.classes = [str(i) for i in range(1, n + 1)]
-            self.num_classes = n
-            self.cat_ids = list(range(1, n + 1))
-            self.collate_fn = DetCollate(self.classes, self.cat_ids)
+            self.set_classes([str(i) for i in range(1, n + 1)])
         self.records = records
 
     def _parse(self, line, where, image_dir, limit, image_id):
@@ -325,7 +320,7 @@ def digit_pool():
     return _DIGITS
 
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val")  # val scenes draw from every 5th source digit, train from the rest
 
 
 def render_scene(rng, pool_idx, canvas_size, digits_per_image, scale_range, noise, min_gap=1):
@@ -375,19 +370,17 @@ class DigitsDetection(DetDataset):
                  digits_per_image: list = (1, 4), scale_range: list = (12, 24), noise: float = 0.05,
                  seed: int = 0, channels: int = 3, transforms: Optional[list] = None,
                  on_bad_record: str = "error"):
-        if split not in SPLITS:
-            raise ConfigError("split", f"{split!r} is not one of {', '.join(SPLITS)}")
-        if num_images < 1:
-            raise ConfigError("num_images", f"must be >= 1, got {num_images}")
+        if split not in SPLITS or num_images < 1:
+            raise ConfigError("split" if split not in SPLITS else "num_images",
+                              f"split must be one of {', '.join(SPLITS)} and num_images >= 1")
         if len(digits_per_image) != 2 or not 0 <= digits_per_image[0] <= digits_per_image[1]:
             raise ConfigError("digits_per_image", f"expected [min, max] with 0 <= min <= max, got {digits_per_image}")
         if len(scale_range) != 2 or not 4 <= scale_range[0] <= scale_range[1] <= canvas_size:
             raise ConfigError("scale_range", f"expected [min, max] digit sizes in pixels with 4 <= min <= max <= "
                               f"canvas_size ({canvas_size}), got {scale_range}")
-        if channels not in (1, 3):
-            raise ConfigError("channels", f"expected 1 or 3, got {channels}")
-        if noise < 0:
-            raise ConfigError("noise", f"must be >= 0, got {noise}")
+        if channels not in (1, 3) or noise < 0:
+            raise ConfigError("channels" if channels not in (1, 3) else "noise",
+                              f"channels must be 1 or 3 (got {channels}), noise >= 0 (got {noise})")
         super().__init__(transforms, on_bad_record, [str(d) for d in range(10)])
         self.split, self.seed, self.channels = split, seed, channels
         self.canvas_size, self.noise = canvas_size, float(noise)
