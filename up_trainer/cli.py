@@ -11,6 +11,11 @@ import click
 from .errors import TrainingInterrupted, UserError
 
 
+def one_line(text):
+    """Control characters (a YAML key may hold any) escaped, so a message stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def run_safely(fn):
     """User errors: one line, exit 2. Interrupts: their exit code. Bugs: traceback, exit 1."""
 
@@ -19,7 +24,7 @@ def run_safely(fn):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            click.echo(f"up: error: {exc}", err=True)
+            click.echo(f"up: error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except TrainingInterrupted as exc:
             click.echo(f"up: {exc}", err=True)

@@ -77,6 +77,8 @@ class Registry:
         return name in self._entries or name in self._aliases
 
     def get(self, name, path=None):
+        if not isinstance(name, str):
+            raise ConfigError(path, f"expected a {self.kind} type name, got {type(name).__name__} {name!r}")
         self._load()
         name = self._aliases.get(name, name)
         if name in self._entries:

@@ -2,7 +2,7 @@
 from ..errors import ConfigError, did_you_mean, join_path
 from .loader import load_file, parse_yaml
 from .opts import apply_opts, parse_opt
-from .shortcuts import shortcuts_to_hooks
+from .shortcuts import listed_hook_types, shortcuts_to_hooks
 from .schema import validate
 
 # Hooks every run gets unless the YAML lists one of the same type or switches it off with
@@ -27,7 +27,7 @@ def add_default_hooks(cfg):
         if key not in DEFAULT_HOOKS:
             raise ConfigError(join_path("default_hooks", key), "unknown default hook",
                               did_you_mean(key, DEFAULT_HOOKS) or f"default hooks: {', '.join(DEFAULT_HOOKS)}")
-    listed = {h.get("type") for h in hooks if isinstance(h, dict)}
+    listed = listed_hook_types(hooks)
     for key, entry in DEFAULT_HOOKS.items():
         entry = overrides.get(key, entry)
         if entry is None:

@@ -19,11 +19,16 @@ def _check_keys(section, path, allowed):
                               did_you_mean(key, allowed) or f"known: {', '.join(allowed)}")
 
 
+def listed_hook_types(hooks):
+    """Type names of the hook entries (entries without a string type are reported later)."""
+    return {h.get("type") for h in hooks if isinstance(h, dict) and isinstance(h.get("type"), str)}
+
+
 def shortcuts_to_hooks(cfg):
     hooks = cfg.get("hooks")
     if not isinstance(hooks, list):
         return cfg  # add_default_hooks already rejected anything else
-    listed = {h.get("type") for h in hooks if isinstance(h, dict)}
+    listed = listed_hook_types(hooks)
     ema = cfg.pop("ema", None)
     if ema is not None:
         if not isinstance(ema, dict):

@@ -1,14 +1,12 @@
 """Detection datasets: ``coco`` (instances JSON), ``custom`` (UP's JSONL) and ``digits_det``
 (scenes of scikit-learn's handwritten digits, generated on the fly, deterministic by seed).
 
-A sample is ``{"image": float32 CxHxW in [0, 1], "target": {...}, "index": int}``; the target
-holds ``boxes`` (float32 Nx4 xyxy, in the coordinates of the transformed image), ``labels``
-(int64 N, contiguous 1..C), ``ignore_boxes`` (Mx4: crowd / ignored regions, evaluation only),
-``area`` (N, original-image areas), ``image_id``, ``orig_size`` and ``img_size`` ((h, w) before
-and after resizing; predictions are scaled back by their ratio). ``collate_fn`` keeps images
-and targets as lists and adds ``batch["meta"] = {classes, cat_ids}`` for the evaluator.
-Bad records raise one DataError naming file and record, or with ``on_bad_record: skip`` are
-counted, reported once and dropped.
+A sample is ``{"image": float32 CxHxW in [0, 1], "target": {...}, "index": int}``; target:
+``boxes`` (float32 Nx4 xyxy, transformed-image coordinates), ``labels`` (int64 N, 1..C),
+``ignore_boxes`` (crowd / ignored regions), ``area``, ``image_id``, ``orig_size`` and
+``img_size`` ((h, w) before / after resizing). ``collate_fn`` keeps lists and adds
+``batch["meta"] = {classes, cat_ids}``. Bad records raise one DataError naming file and record
+(``on_bad_record: skip``: counted, reported once, dropped).
 """
 import json
 import logging
@@ -111,8 +109,7 @@ class DetDataset(Dataset):
                 "ignore_boxes": ignore, "area": area, "image_id": int(record["image_id"]),
                 "orig_size": size, "img_size": size.clone()}
 
-    def load(self, record):
-        """(image, untransformed target) of one record."""
+    def load(self, record):  # -> (image, untransformed target)
         return self._image(record), self.target_of(record)
 
     def __getitem__(self, index):

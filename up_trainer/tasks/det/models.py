@@ -65,6 +65,8 @@ def _extra_block(kind, channels, path="fpn_extra"):
 def _freeze(body, trainable, layer_names):
     """Freeze all but the last ``trainable`` named stages, as torchvision's builders do."""
     keep = layer_names[len(layer_names) - trainable:] if trainable > 0 else []
+    if trainable >= len(layer_names):
+        keep.append("bn1")  # the stem's norm trains with the stem conv, as in torchvision
     for name, p in body.named_parameters():
         if not any(name.startswith(k) for k in keep):
             p.requires_grad_(False)
