@@ -120,6 +120,7 @@ def test_sigusr1_snapshots_and_continues_then_sigint_exits_130(tmp_path, run_up,
         {"type": "auto_checkpoint", "kwargs": {"requeue": True}},
         {"type": "test_gate", "kwargs": {"at": [2], "send": "SIGUSR1"}},
         {"type": "test_gate", "kwargs": {"at": [8], "send": "SIGINT"}}])
+    before = signal.getsignal(signal.SIGINT)
     res = run_up(["train", "--config", cfg, "--work-dir", tmp_path / "run"])
     assert res.exit_code == 130, (res.stdout[-3000:], res.exception)
     ckpts = tmp_path / "run" / "checkpoints"
@@ -129,7 +130,7 @@ def test_sigusr1_snapshots_and_continues_then_sigint_exits_130(tmp_path, run_up,
     assert load(ckpts / "ckpt_e1-i2.pth")["state"]["epoch_iter"] == 2
     assert calls.read_text().split("\n") == ["requeue 4242", ""]  # once: after USR1, not after INT
     assert "requeued SLURM job 4242" in res.stdout
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
 
 
 def test_signal_during_eval_is_handled_at_next_boundary(tmp_path, run_up):

@@ -171,6 +171,7 @@ class AutoCheckpoint(Hook):
         name = _BY_SEVERITY[level]
         self.snapshot(trainer, f"{name} received")
         if self.requeue and name in _REQUEUE_ON and trainer.dist.is_main:
+            trainer.store.flush()  # the snapshot is on disk before SLURM may kill the job
             requeue_slurm_job()
         if name in EXIT_CODES:
             self._restore_handlers()

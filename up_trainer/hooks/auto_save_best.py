@@ -102,6 +102,7 @@ class AutoSaveBest(Hook):
         if self.max_keep_ckpts < 0 or not trainer.dist.is_main:
             return []
         store = trainer.store
+        store.flush()  # with async_write the newest checkpoint may still be in flight: finish it first
         numbered = []
         if os.path.isdir(store.save_dir):
             for name in os.listdir(store.save_dir):

@@ -7,9 +7,10 @@ export. Metadata: epoch, iter, and which weights (model or ema).
 
 Mechanism: there is no after-save event, and before_save_checkpoint runs before the names
 are known and before the .pth is on disk. So at before_train the hook wraps this run's
-``trainer.store.save``: the original save writes the checkpoint (atomically), then the export
-is written from the same state dict, atomically too. Only rank 0 saves, so only rank 0
-exports. auto_save_best's max_keep_ckpts rotation removes a rotated file's export with it.
+``trainer.store.save``: the original save hands the checkpoint to the store (written
+atomically, on a background thread with saver.async_write), then the export is written from
+the same state dict, atomically too, before training moves on. Only rank 0 saves, so only
+rank 0 exports. auto_save_best's max_keep_ckpts rotation removes a rotated file's export with it.
 
 safetensors is an optional dependency: ``pip install safetensors``.
 """

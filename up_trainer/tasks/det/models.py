@@ -157,6 +157,8 @@ class DetectionModel(nn.Module):
         return self
 
     def forward(self, batch):
+        if isinstance(batch, torch.Tensor):  # a bare NxCxHxW tensor (flops counting, tracing)
+            batch = {"image": batch}
         images = batch["image"]
         if isinstance(images, torch.Tensor) and images.dim() == 4:
             images = list(images)
