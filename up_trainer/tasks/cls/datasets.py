@@ -92,11 +92,22 @@ def stratified_split(labels, test_ratio, seed):
 
 @functools.lru_cache(maxsize=1)
 def _load_digits():
-    """(images 1797x8x8 in 0..16, labels); parsed once per process for both splits."""
-    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+    """(images 1797x8x8 in 0..16, labels); parsed once per process for both splits.
 
-    digits = load_digits()
-    return digits.images, digits.target.astype(np.int64)
+    The data file ships inside scikit-learn (no download). It is read directly because
+    importing sklearn (and scipy with it) takes seconds, which every run would pay.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz") if spec else None
+    if path is None or not os.path.exists(path):
+        from sklearn.datasets import load_digits  # layout changed: let scikit-learn find it
+
+        digits = load_digits()
+        return digits.images, digits.target.astype(np.int64)
+    table = np.loadtxt(path, delimiter=",", dtype=np.float64)
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
 
 @DATASETS.register("digits")

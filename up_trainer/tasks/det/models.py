@@ -88,7 +88,8 @@ def build_fpn_backbone(name, returned_layers, fpn_channels, fpn_extra, trainable
         if not returned_layers or any(k not in (1, 2, 3, 4) for k in returned_layers):
             raise ConfigError("returned_layers", f"resnet stages are 1..4, got {returned_layers}")
         net = torchvision.models.get_model(name, weights=None, norm_layer=norm)
-        _freeze(net, trainable_layers, ["layer4", "layer3", "layer2", "layer1", "conv1"][::-1])
+        _freeze(net, 5 if trainable_layers is None else trainable_layers,
+                ["layer4", "layer3", "layer2", "layer1", "conv1"][::-1])
         stage2 = net.inplanes // 8
         in_channels = [stage2 * 2 ** (k - 1) for k in returned_layers]
         body = IntermediateLayerGetter(net, {f"layer{k}": str(i) for i, k in enumerate(returned_layers)})
@@ -99,7 +100,8 @@ def build_fpn_backbone(name, returned_layers, fpn_channels, fpn_extra, trainable
         if any(not 0 <= k < len(stages) for k in returned_layers):
             raise ConfigError("returned_layers", f"mobilenet_v3_large stages are 0..{len(stages) - 1}, "
                               f"got {returned_layers}")
-        freeze_before = stages[len(stages) - trainable_layers] if trainable_layers < len(stages) else 0
+        trainable = len(stages) if trainable_layers is None else trainable_layers  # None: train all
+        freeze_before = stages[len(stages) - trainable] if trainable < len(stages) else 0
         for p in net[:freeze_before].parameters():
             p.requires_grad_(False)
         in_channels = [net[stages[k]].out_channels for k in returned_layers]
@@ -210,7 +212,7 @@ def _common_kwargs(min_size, max_size, image_mean, image_std):
 
 
 def build_detector(kind, num_classes, backbone="resnet50", returned_layers=None, fpn_channels=256,
-                   fpn_extra=None, trainable_layers=5, frozen_bn=False, min_size=800, max_size=1333,
+                   fpn_extra=None, trainable_layers=None, frozen_bn=False, min_size=800, max_size=1333,
                    image_mean=None, image_std=None, anchor_sizes=None, aspect_ratios=None, score_thresh=None,
                    nms_thresh=None, detections_per_img=100, head_convs=4, pretrained=None,
                    pretrained_backbone=None, det_kwargs=None):
@@ -289,7 +291,7 @@ def _build_ssdlite(backbone, n_out, size, trainable_layers, frozen_bn, common, e
         raise ConfigError("backbone", f"ssdlite runs on mobilenet_v3_large only, got {backbone!r}")
     norm = FrozenBatchNorm2d if frozen_bn else partial(nn.BatchNorm2d, eps=0.001, momentum=0.03)
     net = torchvision.models.mobilenet_v3_large(weights=None, norm_layer=norm, reduced_tail=True)
-    body = _mobilenet_extractor(net, min(trainable_layers, 6), norm)
+    body = _mobilenet_extractor(net, 6 if trainable_layers is None else min(trainable_layers, 6), norm)
     anchors = DefaultBoxGenerator([[2, 3] for _ in range(6)], min_ratio=0.2, max_ratio=0.95)
     out_channels = det_utils.retrieve_out_channels(body, (size, size))
     head = SSDLiteHead(out_channels, anchors.num_anchors_per_location(), n_out, norm)
@@ -316,7 +318,7 @@ def _load(model, pretrained, pretrained_backbone):
 def _make_builder(kind, doc):
     # Typed kwargs: the registry checks YAML values against this signature before building.
     def build(num_classes: int = 80, backbone: str = "resnet50", returned_layers: Optional[list] = None,
-              fpn_channels: int = 256, fpn_extra: Optional[str] = None, trainable_layers: int = 5,
+              fpn_channels: int = 256, fpn_extra: Optional[str] = None, trainable_layers: Optional[int] = None,
               frozen_bn: bool = False, min_size: int = 800, max_size: int = 1333,
               image_mean: Optional[list] = None, image_std: Optional[list] = None,
               anchor_sizes: Optional[list] = None, aspect_ratios: Optional[list] = None,
