@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader
 
 from up_trainer.errors import ConfigError, DataError
 from up_trainer.registry import DATASETS
-from up_trainer.tasks.cls.datasets import ClsMetaDataset, DigitsDataset, ImageFolderDataset, stratified_split
+from up_trainer.tasks.cls.datasets import (ClsMetaDataset, DigitsDataset, ImageFolderDataset, _load_digits,
+                                           stratified_split)
 
 AFFINE = [{"type": "RandomAffine", "kwargs": {"degrees": 15, "translate": [0.2, 0.2]}}]
 
@@ -18,9 +19,7 @@ AFFINE = [{"type": "RandomAffine", "kwargs": {"degrees": 15, "translate": [0.2, 
 # -- digits -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def digits_labels():
-    from sklearn.datasets import load_digits
-
-    return load_digits().target
+    return _load_digits()[1]
 
 
 def test_digits_split_sizes_disjoint_and_complete():
