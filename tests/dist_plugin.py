@@ -1,6 +1,6 @@
 """Loaded through runtime.imports (with tests/ on PYTHONPATH) by tests/test_dist.py.
 
-test_mlp: a BatchNorm-free, dropout-free MLP, so N ranks x batch B/N compute exactly the
+dist_mlp: a BatchNorm-free, dropout-free MLP, so N ranks x batch B/N compute exactly the
 gradient of 1 rank x batch B (up to float summation order).
 test_pace: slows each iteration down and drops a marker file per rank once training has run
 `at` iterations, so a test can signal or kill a rank mid-epoch at a known point.
@@ -16,7 +16,7 @@ from up_trainer.hooks.base import Hook
 from up_trainer.registry import HOOKS, MODELS
 
 
-@MODELS.register("test_mlp")
+@MODELS.register("dist_mlp")
 class TestMLP(nn.Module):
     def __init__(self, in_features: int = 64, hidden: int = 32, num_classes: int = 10):
         super().__init__()

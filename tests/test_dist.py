@@ -90,7 +90,7 @@ def dist_cfg(tmp_path, name, batch_size=8, **over):
                             "test": {"type": "digits", "kwargs": {"split": "test", "subset": 45}},
                             "batch_size": batch_size, "test_batch_size": 8},
                    trainer={"max_epoch": 4, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.1, "momentum": 0.9}}},
-                   net={"type": "test_mlp", "kwargs": {}}, **over)
+                   net={"type": "dist_mlp", "kwargs": {}}, **over)
     return write_cfg(tmp_path / f"{name}.yaml", cfg)
 
 

@@ -72,7 +72,7 @@ class CountingLoss:
 def fake_trainer(run_dir, epoch_len=10, max_epoch=2, display=None):
     st = TrainState()
     st.epoch_len = epoch_len
-    return SimpleNamespace(state=st, dist=SimpleNamespace(is_main=True), device=torch.device("cpu"),
+    return SimpleNamespace(state=st, dist=SimpleNamespace(is_main=True, enabled=False), device=torch.device("cpu"),
                            optim=SimpleNamespace(lr=lambda: 0.01), outputs={}, run_dir=str(run_dir),
                            max_epoch=max_epoch, display=display)
 
