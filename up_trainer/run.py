@@ -85,8 +85,11 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
         write_resolved_config(cfg, run_dir)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
     trainer.display = display
-    restore(trainer, resume=resolve_path(resume, None) if resume else None, work_dir=work_dir)
+    loaded = restore(trainer, resume=resolve_path(resume, None) if resume else None, work_dir=work_dir)
     if evaluate_only:
+        if loaded is None and not cfg["saver"]["pretrain_model"]:
+            log.warning("-e: no checkpoint given (--resume, saver.resume_model or saver.pretrain_model): "
+                        "evaluating freshly initialized weights")
         if trainer.evaluator is None:
             from .errors import ConfigError
 
