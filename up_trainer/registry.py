@@ -179,6 +179,8 @@ def check_kwargs(obj, kwargs, path, provided=()):
             raise ConfigError(join_path(path, key), "unknown argument",
                               did_you_mean(key, params) or f"accepted: {', '.join(params) or 'none'}")
         accepted = _accepted_types(hints.get(key))
+        if value is None and params[key].default is None:
+            continue  # `key: null` restores a None default, whatever the annotation says
         if accepted is not None and not _type_ok(value, accepted):
             names = "/".join(sorted({t.__name__ for t in accepted}))
             raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__} {value!r}")
