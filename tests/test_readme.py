@@ -26,6 +26,8 @@ def test_every_hook_and_kwarg_is_documented():
     """Each kwarg is named within the README text that follows one mention of its hook."""
     missing = []
     for name in HOOKS.names():
+        if not HOOKS.get(name).__module__.startswith("up_trainer."):
+            continue  # registered by a test's plugin module
         starts = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\b", README)]
         if not starts:
             missing.append(name)
