@@ -207,3 +207,29 @@ def test_bad_checkpoint_files_are_reported_in_one_line(tmp_path, bad):
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(str(p))
     assert "\n" not in str(info.value) and str(p) in str(info.value)
+
+
+def test_pretrain_model_accepts_a_bare_torchvision_state_dict(tmp_path, run_up):
+    import torchvision
+
+    net = torchvision.models.resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, 3, 1, 1, bias=False)
+    torch.save(net.state_dict(), tmp_path / "tv.pth")
+    cfg = tiny_cfg(trainer={"max_epoch": 1})
+    cfg["saver"] = {"save_dir": "checkpoints", "pretrain_model": str(tmp_path / "tv.pth")}
+    _, res = train(run_up, tmp_path, "tv", cfg, "--opts", "default_hooks.best=null", "dataset.test=null")
+    n = len(net.state_dict())
+    assert f"loaded {n}/{n} tensors" in res.stdout
+
+
+def test_worker_data_error_is_one_line(tmp_path, run_up):
+    meta = tmp_path / "meta.txt"
+    meta.write_text("missing.png 1\n")
+    cfg = tiny_cfg(trainer={"max_epoch": 1})
+    cfg["dataset"]["train"] = {"type": "cls", "kwargs": {"meta_file": str(meta), "image_dir": str(tmp_path),
+                                                          "check_files": False}}
+    cfg["dataset"]["num_workers"] = 1
+    res = run_up(["train", "--config", write_cfg(tmp_path / "w.yaml", cfg), "--work-dir", tmp_path / "w"])
+    assert res.exit_code == 2, (res.stderr, res.exception)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "missing.png" in lines[0] and "Traceback" not in lines[0], res.stderr

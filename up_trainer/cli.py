@@ -12,7 +12,12 @@ from .errors import TrainingInterrupted, UserError
 
 
 def one_line(text):
-    """Control characters (a YAML key may hold any) escaped, so a message stays one line."""
+    """The message as one line. A DataLoader worker re-raises a user error with the worker's
+    traceback in the text: its last line is the original message. Other control characters
+    (a YAML key may hold any) are escaped."""
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if last.split(": ", 1)[0].endswith("Error") else last
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

@@ -165,6 +165,7 @@ def load_pretrained(module, path):
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
     own = module.state_dict()
+    weights = _match_prefixes(weights, own)
     usable, mismatched = {}, []
     for k, v in weights.items():
         if k in own and own[k].shape != v.shape:
@@ -179,3 +180,14 @@ def load_pretrained(module, path):
         if keys:
             log.warning("pretrain_model: %d %s keys: %s", len(keys), title, ", ".join(keys[:20]) +
                         (" ..." if len(keys) > 20 else ""))
+
+
+def _match_prefixes(weights, own):
+    """Key names as the model has them: DDP's ``module.`` dropped, and a bare torchvision
+    state dict placed under the wrapper's ``backbone.`` when that is where its keys fit."""
+    weights = {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
+    direct = sum(k in own for k in weights)
+    nested = sum(f"backbone.{k}" in own for k in weights)
+    if nested > direct:
+        weights = {f"backbone.{k}": v for k, v in weights.items()}
+    return weights
