@@ -139,6 +139,8 @@ CASES = [
     ("corrupt resume", _corrupt_ckpt, train, ["--resume", "{tmp}/bad.pth"], "bad.pth is truncated or corrupt"),
     ("missing resume_model", mutate(_set(["saver", "resume_model"], "/nonexistent/r.pth")), train, [],
      "saver.resume_model: checkpoint not found"),
+    ("evaluate without a test set", mutate(_set(["dataset", "test"], None)), train, ["-e"],
+     "dataset.test: evaluation needs a test dataset"),
     ("bad flops size", mutate(lambda c: None), ["flops"], ["--input-size", "1,8"], "--input-size: expected C,H,W"),
 ]
 

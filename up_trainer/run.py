@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from .errors import CheckpointError
+from .errors import CheckpointError, ConfigError
 
 log = logging.getLogger("up")
 
@@ -90,16 +90,18 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
         if loaded is None and not cfg["saver"]["pretrain_model"]:
             log.warning("-e: no checkpoint given (--resume, saver.resume_model or saver.pretrain_model): "
                         "evaluating freshly initialized weights")
-        if trainer.evaluator is None:
-            from .errors import ConfigError
-
-            raise ConfigError("dataset.test", "evaluation needs a test dataset")
+        require_evaluator(trainer)
         metrics = trainer.evaluate()
         if is_main:
             write_eval_results(trainer, metrics)
         return metrics
     trainer.train()
     return trainer.state.metrics
+
+
+def require_evaluator(trainer):
+    if trainer.evaluator is None:
+        raise ConfigError("dataset.test", "evaluation needs a test dataset")
 
 
 def write_eval_results(trainer, metrics):
@@ -135,10 +137,7 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
         raise CheckpointError(f"{checkpoint} does not match the configured net: "
                               f"{len(missing)} missing keys (e.g. {missing[:3]}), "
                               f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
-    if trainer.evaluator is None:
-        from .errors import ConfigError
-
-        raise ConfigError("dataset.test", "evaluation needs a test dataset")
+    require_evaluator(trainer)
     metrics = trainer.evaluate()
     write_eval_results(trainer, metrics)
     return metrics
