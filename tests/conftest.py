@@ -24,6 +24,11 @@ def tiny_cfg(**sections):
         "saver": {"save_dir": "checkpoints"},
         "net": {"type": "resnet18", "kwargs": {"num_classes": 10, "in_channels": 1, "small_input": True}},
     }
+    return merge_sections(cfg, sections)
+
+
+def merge_sections(cfg, sections):
+    """Override whole sections; a mapping given for a mapping section updates its keys."""
     for name, value in sections.items():
         if isinstance(value, dict) and isinstance(cfg.get(name), dict):
             cfg[name] = {**cfg[name], **value}

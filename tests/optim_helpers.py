@@ -2,6 +2,7 @@
 import torch.nn.functional as F
 from torch import nn
 
+from conftest import merge_sections
 from up_trainer.registry import MODELS
 
 
@@ -52,12 +53,7 @@ def digits_cfg(net="test_mlp", train_subset=None, test_subset=96, batch_size=16,
     }
     if quiet:
         cfg["default_hooks"] = {"logger": None}
-    for name, value in sections.items():
-        if isinstance(value, dict) and isinstance(cfg.get(name), dict):
-            cfg[name] = {**cfg[name], **value}
-        else:
-            cfg[name] = value
-    return cfg
+    return merge_sections(cfg, sections)
 
 
 def resolved(cfg, opts=()):
