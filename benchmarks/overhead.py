@@ -1,6 +1,7 @@
 """Trainer overhead against a bare PyTorch loop, measured side by side in one process.
 
-    python benchmarks/overhead.py [--epochs 3] [--repeats 3] [--config configs/cls/digits_resnet18.yaml]
+    python benchmarks/overhead.py [--epochs 3] [--repeats 5] [--config configs/cls/digits_resnet18.yaml]
+                                  [--glibc-defaults]
 
 Runs of 1 and of --epochs epochs separate the per-epoch cost (the difference) from the fixed
 cost of a run (building it; for up also the end-of-run results.png).
@@ -10,6 +11,11 @@ the same order, evaluate after every epoch and save a checkpoint (model + optimi
 epoch plus the best one — what a hand-written loop does. The trainer runs with its default hooks
 (train_val_logger, auto_checkpoint, auto_save_best). Runs alternate; medians are printed, with
 whether the final weights are bitwise equal. Target: per epoch, trainer <= 1.01 x bare + 10 ms.
+
+`up train` sets glibc's malloc thresholds once per process (runtime.tune_malloc, see
+up_trainer/engine/allocator.py); the benchmark does so before the first loop, so the bare loop
+runs under the same allocator. --glibc-defaults leaves the allocator alone for both loops: their
+times then depend on each process's allocation history (page faults), not on the loop code.
 """
 import argparse
 import os
@@ -22,6 +28,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from up_trainer.config import resolve_config
 from up_trainer.data.sampler import ResumableSampler
+from up_trainer.engine.allocator import tune_malloc
 from up_trainer.engine.builder import build_dataset, build_trainer
 from up_trainer.engine.rng import seed_everything
 from up_trainer.run import setup_logging
@@ -30,10 +37,11 @@ from up_trainer.tasks.net import build_model
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_cfg(path, epochs):
+def load_cfg(path, epochs, tune):
     # No augmentation: a bare loop has no per-batch seeding to match random transforms with.
     return resolve_config(path, [f"trainer.max_epoch={epochs}", "trainer.lr_scheduler=null",
-                                 "dataset.train.kwargs.transforms=null", "dataset.num_workers=0"])
+                                 "dataset.train.kwargs.transforms=null", "dataset.num_workers=0",
+                                 f"runtime.tune_malloc={str(tune).lower()}"])
 
 
 def bare_loop(cfg, out_dir):
@@ -90,13 +98,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml"))
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--glibc-defaults", action="store_true", help="leave malloc's thresholds alone for both loops")
     args = ap.parse_args()
+    print(tune_malloc() if not args.glibc_defaults else "malloc left as it is: --glibc-defaults")
     setup_logging(None, is_main=False)  # the trainer's log lines are written, not shown
     # Runs of 1 and of --epochs epochs: the difference is the per-epoch cost, the rest is the
     # fixed cost of a run (building it; for up also the end-of-run results.png).
     lengths = (1, args.epochs)
-    cfgs = {n: load_cfg(args.config, n) for n in lengths}
+    cfgs = {n: load_cfg(args.config, n, not args.glibc_defaults) for n in lengths}
     times = {(loop, n): [] for loop in ("bare", "up") for n in lengths}
     equal = True
     for _ in range(args.repeats):

@@ -44,6 +44,8 @@ SCHEMAS = {
         "amp": Field(dict, {}, "{enable: bool, dtype: float16|bfloat16}"),
         "deterministic": Field(bool, False, "torch.use_deterministic_algorithms and cudnn.deterministic"),
         "num_threads": Field((int, type(None)), None, "torch intra-op threads (default: torch's choice)", minimum=1),
+        "tune_malloc": Field(bool, True, "glibc: keep large freed blocks in the process (mmap threshold 32 MiB, "
+                                         "trim threshold 1 GiB) so steps do not page-fault them back"),
         "imports": Field(list, [], "modules imported before building, so their registrations take effect"),
         "find_unused_parameters": Field(bool, False, "DDP find_unused_parameters"),
         "sync_bn": Field(bool, False, "convert BatchNorm to SyncBatchNorm under DDP"),

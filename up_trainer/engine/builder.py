@@ -6,6 +6,7 @@ import torch
 
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
+from .allocator import tune_malloc
 from .checkpoint import CheckpointStore, load_checkpoint, load_weights
 from .distributed import DistInfo
 from .rng import seed_everything
@@ -85,6 +86,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     import_user_modules(rt["imports"])
     if rt["num_threads"]:
         torch.set_num_threads(rt["num_threads"])
+    if rt["tune_malloc"]:
+        tune_malloc()
     if rt["deterministic"]:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
