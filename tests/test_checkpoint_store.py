@@ -38,6 +38,30 @@ def test_background_write_holds_the_state_at_save_time(tmp_path):
     assert torch.equal(saved["model"]["w"], torch.ones(4))
 
 
+def test_reused_staging_buffers_follow_a_changing_layout(tmp_path):
+    """Staging buffers are pooled by position: tensors appearing (optimizer state after the
+    first step), changing shape or dtype, or moving, still come out as they were saved."""
+    store = ck.CheckpointStore(str(tmp_path), async_write=True)
+    layouts = [
+        {"model": {"w": torch.arange(4.0)}, "optimizer": {"state": {}}},
+        {"model": {"w": torch.arange(4.0) + 1}, "optimizer": {"state": {0: {"buf": torch.full((4,), 7.0)}}}},
+        {"model": {"w": torch.arange(6, dtype=torch.int64)}, "optimizer": {"state": {0: {"buf": torch.ones(2, 3)}}}},
+        {"extra": torch.zeros(3, dtype=torch.bool), "model": {"w": torch.arange(4.0) * 2}},
+    ]
+    for i, live in enumerate(layouts):
+        store.save(live, [f"ckpt_e{i + 1}.pth"])
+        for t in (live["model"]["w"], *(s["buf"] for s in live.get("optimizer", {}).get("state", {}).values())):
+            t.add_(100)  # training goes on while the write is in flight
+        store.flush()
+        saved = torch.load(tmp_path / f"ckpt_e{i + 1}.pth", weights_only=True)
+        assert saved["model"]["w"].dtype == live["model"]["w"].dtype
+        assert torch.equal(saved["model"]["w"] + 100, live["model"]["w"])
+        for key, st in live.get("optimizer", {}).get("state", {}).items():
+            assert torch.equal(saved["optimizer"]["state"][key]["buf"] + 100, st["buf"])
+        if "extra" in live:
+            assert torch.equal(saved["extra"], live["extra"])
+
+
 @pytest.mark.parametrize("async_write", [False, True])
 def test_disk_full_keeps_previous_checkpoint_and_reports_clearly(tmp_path, monkeypatch, async_write):
     store = ck.CheckpointStore(str(tmp_path), async_write=async_write)

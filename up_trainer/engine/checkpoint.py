@@ -11,8 +11,8 @@ import logging
 import os
 import re
 import shutil
-import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -172,25 +172,55 @@ def to_bytes(ckpt):
     return buf.getvalue()
 
 
-def snapshot(obj, staging=None, key=()):
+def snapshot(obj, staging=None):
     """A copy of a checkpoint dict that later training steps cannot change: tensors are
     copied to CPU memory, containers rebuilt, anything else deep-copied.
 
-    ``staging`` keeps the CPU buffers between saves: copying into memory that is already
-    mapped is several times faster than allocating it anew (no page faults).
+    ``staging`` (a list) keeps the CPU buffers between saves, the n-th tensor met reusing the
+    n-th buffer when shape and dtype match: copying into memory that is already mapped is
+    several times faster than allocating it anew (no page faults).
     """
-    if isinstance(obj, torch.Tensor):
-        buf = staging.get(key) if staging is not None else None
-        if buf is None or buf.shape != obj.shape or buf.dtype != obj.dtype:
-            buf = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
-            if staging is not None:
-                staging[key] = buf
-        return buf.copy_(obj.detach())
-    if isinstance(obj, dict):
-        return {k: snapshot(v, staging, (*key, k)) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(snapshot(v, staging, (*key, i)) for i, v in enumerate(obj))
-    return copy.deepcopy(obj)
+    staging = [] if staging is None else staging
+    dsts, srcs = [], []
+
+    def rebuild(obj):
+        if type(obj) in IMMUTABLE_ATOMS:  # most leaves (param indexes, hyper-parameters): no copy
+            return obj
+        if isinstance(obj, torch.Tensor):
+            n = len(dsts)
+            if n == len(staging):
+                staging.append(None)
+            buf = staging[n]
+            if buf is None or buf.shape != obj.shape or buf.dtype != obj.dtype:
+                buf = staging[n] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
+            dsts.append(buf)
+            srcs.append(obj)
+            return buf
+        if isinstance(obj, dict):
+            return {k: rebuild(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(rebuild(v) for v in obj)
+        return copy.deepcopy(obj)
+
+    out = rebuild(obj)
+    copy_all(dsts, srcs)
+    return out
+
+
+IMMUTABLE_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+@torch.no_grad()
+def copy_all(dsts, srcs):
+    foreach_copy = getattr(torch, "_foreach_copy_", None)
+    if foreach_copy is not None and dsts:
+        try:
+            foreach_copy(dsts, srcs)
+            return
+        except (RuntimeError, TypeError):  # e.g. mixed devices or an unusual layout: one by one
+            pass
+    for dst, src in zip(dsts, srcs):
+        dst.copy_(src)
 
 
 class CheckpointStore:
@@ -205,9 +235,11 @@ class CheckpointStore:
     def __init__(self, save_dir, async_write=False):
         self.save_dir = save_dir
         self.async_write = async_write
-        self._thread = None
-        self._error = None
-        self._staging = {}  # CPU buffers reused by every background write (one in flight)
+        # One writer thread, started by the first background save and kept: starting a thread
+        # per save made save() wait for the new thread to come up and hand the GIL back.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="up-checkpoint-writer") if async_write else None
+        self._in_flight = None  # the Future of the write in flight
+        self._staging = []  # CPU buffers reused by every background write (one in flight)
 
     def path(self, name):
         return os.path.join(self.save_dir, name)
@@ -222,10 +254,7 @@ class CheckpointStore:
         if not self.async_write:
             self._write(ckpt, names)
         else:
-            state = snapshot(ckpt, self._staging)
-            self._thread = threading.Thread(target=self._write_in_background, args=(state, names),
-                                            name="up-checkpoint-writer", daemon=True)
-            self._thread.start()
+            self._in_flight = self._writer.submit(self._write, snapshot(ckpt, self._staging), names)
         return [self.path(n) for n in names]
 
     def _write(self, ckpt, names):
@@ -236,21 +265,15 @@ class CheckpointStore:
         if LATEST not in names:
             atomic_link(first, self.path(LATEST))
 
-    def _write_in_background(self, ckpt, names):
-        try:
-            self._write(ckpt, names)
-        except BaseException as exc:  # surfaced by flush() on the training thread
-            self._error = exc
-
     def flush(self):
         """Wait for the write in flight; raise its error, if it failed."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            if isinstance(error, CheckpointError):
-                raise CheckpointError(str(error)) from None
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        error = in_flight.exception()
+        if isinstance(error, CheckpointError):
+            raise CheckpointError(str(error)) from None
+        if error is not None:
             raise error
 
     def remove_stale_temp_files(self):
