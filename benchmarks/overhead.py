@@ -1,7 +1,7 @@
 """Trainer overhead against a bare PyTorch loop, epoch by epoch, interleaved in one process.
 
-    python benchmarks/overhead.py [--epochs 4] [--repeats 8] [--config configs/cls/digits_resnet18.yaml]
-                                  [--glibc-defaults]
+    python benchmarks/overhead.py [--epochs 4] [--repeats 6] [--threads 1] [--glibc-defaults]
+                                  [--config configs/cls/digits_resnet18.yaml]
 
 Both loops train the same model (built by the same code from the same seed) on the same data in
 the same order, evaluate after every epoch and save a checkpoint (model + optimizer) after every
@@ -16,6 +16,11 @@ The order within a pair swaps every repeat. An up epoch covers its training, eva
 checkpoint; its background checkpoint write is waited for before the clock stops, so it never
 overlaps the bare loop's epoch (this counts the whole write against up). The rest of an up run
 (building it, the end-of-run results.png) is reported apart as its fixed cost.
+
+One intra-op thread by default: what the trainer adds is single-threaded Python work, and on a
+shared 2-core machine one thread's epoch times vary by about 1 % where two threads' vary by
+about 7 % (their synchronisation stalls whenever the other core is taken), which would drown a
+1 % target. --threads 2 measures the same with torch's default on such a machine.
 
 `up train` sets glibc's malloc thresholds once per process (runtime.tune_malloc, see
 up_trainer/engine/allocator.py); the benchmark does so before the first loop, so the bare loop
@@ -45,11 +50,11 @@ from up_trainer.tasks.net import build_model
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_cfg(path, epochs, tune):
+def load_cfg(path, epochs, tune, threads):
     # No augmentation: a bare loop has no per-batch seeding to match random transforms with.
     return resolve_config(path, [f"trainer.max_epoch={epochs}", "trainer.lr_scheduler=null",
                                  "dataset.train.kwargs.transforms=null", "dataset.num_workers=0",
-                                 f"runtime.tune_malloc={str(tune).lower()}"])
+                                 f"runtime.tune_malloc={str(tune).lower()}", f"runtime.num_threads={threads}"])
 
 
 def bare_epochs(cfg, out_dir):
@@ -139,13 +144,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml"))
     ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both loops")
     ap.add_argument("--glibc-defaults", action="store_true", help="leave malloc's thresholds alone for both loops")
     args = ap.parse_args()
     print(tune_malloc() if not args.glibc_defaults else "malloc left as it is: --glibc-defaults")
     setup_logging(None, is_main=False)  # the trainer's log lines are written, not shown
-    cfg = load_cfg(args.config, args.epochs, not args.glibc_defaults)
-    interleaved_run(load_cfg(args.config, 1, not args.glibc_defaults), True)  # warm-up: first-call costs
+    torch.set_num_threads(args.threads)  # for the bare loop's set-up too; up's builder sets it as well
+    cfg = load_cfg(args.config, args.epochs, not args.glibc_defaults, args.threads)
+    interleaved_run(load_cfg(args.config, 1, not args.glibc_defaults, args.threads), True)  # warm-up: first-call costs
     up, bare, pairs, fixed = [], [], [], []
     equal = True
     for r in range(args.repeats):
@@ -157,7 +164,8 @@ def main():
         equal = equal and all(torch.equal(up_w[k], bare_w[k]) for k in up_w)
     q1, median, q3 = statistics.quantiles(pairs, n=4)
     med_up, med_bare = statistics.median(up), statistics.median(bare)
-    print(f"{args.repeats} repeats x {args.epochs} epochs of {os.path.relpath(args.config, REPO)}, interleaved")
+    print(f"{args.repeats} repeats x {args.epochs} epochs of {os.path.relpath(args.config, REPO)}, interleaved, "
+          f"{args.threads} intra-op thread(s)")
     print(f"{'loop':<6}{'epoch s (median)':>18}{'min':>8}{'max':>8}")
     for name, times in (("bare", bare), ("up", up)):
         print(f"{name:<6}{statistics.median(times):>18.3f}{min(times):>8.3f}{max(times):>8.3f}")
