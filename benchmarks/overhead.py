@@ -57,8 +57,32 @@ def load_cfg(path, epochs, tune, threads):
                                  f"runtime.tune_malloc={str(tune).lower()}", f"runtime.num_threads={threads}"])
 
 
-def bare_epochs(cfg, out_dir):
-    """The loop a user would write by hand, as a generator: set-up, then one epoch per next()."""
+class Stopwatch:
+    """Seconds spent inside ``with watch:`` blocks, summed."""
+
+    def __init__(self):
+        self.total = 0.0
+
+    def __enter__(self):
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.total += time.perf_counter() - self._start
+
+
+def time_calls(obj, name, watch):
+    """Count the time of every ``obj.name(...)`` call on ``watch`` (an instance attribute wraps it)."""
+    method = getattr(obj, name)
+
+    def timed(*args, **kwargs):
+        with watch:
+            return method(*args, **kwargs)
+    setattr(obj, name, timed)
+
+
+def bare_epochs(cfg, out_dir, compute):
+    """The loop a user would write by hand, as a generator: set-up, then one epoch per next().
+    Time in the model's forward, backward and the optimizer step is also counted on ``compute``."""
     seed, ds = cfg["runtime"]["seed"], cfg["dataset"]
     train_set = build_dataset(ds["train"], "dataset.train")
     test_set = build_dataset(ds["test"], "dataset.test")
@@ -76,15 +100,20 @@ def bare_epochs(cfg, out_dir):
         loader = DataLoader(train_set, batch_size=ds["batch_size"], sampler=list(order), collate_fn=default_collate)
         model.train()
         for batch in loader:
-            loss = model(batch)["loss"]
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            with compute:
+                loss = model(batch)["loss"]
+            with compute:
+                loss.backward()
+            with compute:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
         model.eval()
         correct = total = 0
         with torch.no_grad():
             for batch in test_loader:
-                correct += (model(batch)["preds"] == batch["label"]).sum().item()
+                with compute:
+                    preds = model(batch)["preds"]
+                correct += (preds == batch["label"]).sum().item()
                 total += len(batch["label"])
         model.train()
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
@@ -96,23 +125,33 @@ def bare_epochs(cfg, out_dir):
 
 
 class Interleave(Hook):
-    """Runs the bare loop's epochs between the trainer's, stamping the clock around each."""
+    """Runs the bare loop's epochs between the trainer's, stamping the clock around each, and
+    splits every epoch into compute (forward, backward, optimizer step: the same calls in both
+    loops) and the rest (data, evaluation bookkeeping, checkpoints, hooks)."""
 
-    def __init__(self, bare, bare_first):
+    def __init__(self, bare, bare_first, bare_compute, up_compute):
         super().__init__()
         self.bare, self.bare_first = bare, bare_first
-        self.up_times, self.bare_times = [], []
+        self.watches = {"bare": bare_compute, "up": up_compute}
+        self.epochs = {"bare": [], "up": []}  # (wall s, compute s) per epoch
         self.up_started = None
 
+    def _stamp(self, loop):
+        return time.perf_counter(), self.watches[loop].total
+
+    def _record(self, loop, started):
+        wall, compute = self._stamp(loop)
+        self.epochs[loop].append((wall - started[0], compute - started[1]))
+
     def _bare_epoch(self):
-        start = time.perf_counter()
+        started = self._stamp("bare")
         next(self.bare)
-        self.bare_times.append(time.perf_counter() - start)
+        self._record("bare", started)
 
     def _up_epoch_over(self, trainer):
         if self.up_started is not None:
             trainer.store.flush()  # its background write belongs to this epoch, not the bare one
-            self.up_times.append(time.perf_counter() - self.up_started)
+            self._record("up", self.up_started)
             if not self.bare_first:
                 self._bare_epoch()
 
@@ -120,24 +159,29 @@ class Interleave(Hook):
         self._up_epoch_over(trainer)
         if self.bare_first:
             self._bare_epoch()
-        self.up_started = time.perf_counter()
+        self.up_started = self._stamp("up")
 
     def after_train(self, trainer):
         self._up_epoch_over(trainer)
 
 
 def interleaved_run(cfg, bare_first):
-    """(up epoch s list, bare epoch s list, up fixed s, final weights of both)"""
+    """({loop: [(wall s, compute s) per epoch]}, up fixed s, {loop: final weights})"""
     with tempfile.TemporaryDirectory() as bare_dir, tempfile.TemporaryDirectory() as up_dir:
-        bare = bare_epochs(cfg, bare_dir)
+        bare_compute, up_compute = Stopwatch(), Stopwatch()
+        bare = bare_epochs(cfg, bare_dir, bare_compute)
         bare_model = next(bare)
         start = time.perf_counter()
         trainer = build_trainer(cfg, work_dir=up_dir)
-        clock = trainer.hooks.add(Interleave(bare, bare_first), priority="HIGHEST")
+        time_calls(trainer.module, "forward", up_compute)  # training and evaluation forwards
+        time_calls(trainer.optim, "backward", up_compute)
+        time_calls(trainer.optim, "step", up_compute)  # step + zero_grad (+ the LR schedule, off here)
+        clock = trainer.hooks.add(Interleave(bare, bare_first, bare_compute, up_compute), priority="HIGHEST")
         trainer.train()
         total = time.perf_counter() - start
-        fixed = total - sum(clock.up_times) - sum(clock.bare_times)
-        return clock.up_times, clock.bare_times, fixed, trainer.module.state_dict(), bare_model.state_dict()
+        fixed = total - sum(wall for loop in clock.epochs.values() for wall, _ in loop)
+        weights = {"up": trainer.module.state_dict(), "bare": bare_model.state_dict()}
+        return clock.epochs, fixed, weights
 
 
 def main():
@@ -153,28 +197,37 @@ def main():
     torch.set_num_threads(args.threads)  # for the bare loop's set-up too; up's builder sets it as well
     cfg = load_cfg(args.config, args.epochs, not args.glibc_defaults, args.threads)
     interleaved_run(load_cfg(args.config, 1, not args.glibc_defaults, args.threads), True)  # warm-up: first-call costs
-    up, bare, pairs, fixed = [], [], [], []
+    epochs = {"bare": [], "up": []}
+    pairs, fixed = [], []
     equal = True
     for r in range(args.repeats):
-        up_t, bare_t, fixed_s, up_w, bare_w = interleaved_run(cfg, bare_first=r % 2 == 0)
-        up += up_t
-        bare += bare_t
-        pairs += [u / b for u, b in zip(up_t, bare_t)]
+        run_epochs, fixed_s, weights = interleaved_run(cfg, bare_first=r % 2 == 0)
+        for loop in epochs:
+            epochs[loop] += run_epochs[loop]
+        pairs += [u[0] / b[0] for u, b in zip(run_epochs["up"], run_epochs["bare"])]
         fixed.append(fixed_s)
-        equal = equal and all(torch.equal(up_w[k], bare_w[k]) for k in up_w)
-    q1, median, q3 = statistics.quantiles(pairs, n=4)
-    med_up, med_bare = statistics.median(up), statistics.median(bare)
+        equal = equal and all(torch.equal(weights["up"][k], weights["bare"][k]) for k in weights["up"])
+    report(args, epochs, pairs, fixed, equal)
+
+
+def report(args, epochs, pairs, fixed, equal):
+    med = {loop: {part: statistics.median(e[i] if part != "rest" else e[0] - e[1] for e in epochs[loop])
+                  for i, part in enumerate(("wall", "compute", "rest"))} for loop in epochs}
     print(f"{args.repeats} repeats x {args.epochs} epochs of {os.path.relpath(args.config, REPO)}, interleaved, "
-          f"{args.threads} intra-op thread(s)")
-    print(f"{'loop':<6}{'epoch s (median)':>18}{'min':>8}{'max':>8}")
-    for name, times in (("bare", bare), ("up", up)):
-        print(f"{name:<6}{statistics.median(times):>18.3f}{min(times):>8.3f}{max(times):>8.3f}")
-    print(f"up / bare per epoch, over {len(pairs)} neighbouring pairs: median {median:.4f} "
-          f"(quartiles {q1:.4f} - {q3:.4f}); ratio of medians {med_up / med_bare:.4f}, "
-          f"extra {(med_up - med_bare) * 1e3:+.1f} ms")
+          f"{args.threads} intra-op thread(s); medians over {len(pairs)} epochs per loop")
+    print(f"{'loop':<6}{'epoch s':>10}{'min':>8}{'max':>8}{'compute s':>11}{'rest ms':>10}")
+    for loop in ("bare", "up"):
+        walls = [e[0] for e in epochs[loop]]
+        print(f"{loop:<6}{med[loop]['wall']:>10.3f}{min(walls):>8.3f}{max(walls):>8.3f}"
+              f"{med[loop]['compute']:>11.3f}{med[loop]['rest'] * 1e3:>10.1f}")
+    q1, median, q3 = statistics.quantiles(pairs, n=4)
+    print(f"up / bare per epoch, neighbouring pairs: median {median:.4f} (quartiles {q1:.4f} - {q3:.4f})")
+    print(f"everything but compute (data, evaluation bookkeeping, checkpoints, hooks): up "
+          f"{(med['up']['rest'] - med['bare']['rest']) * 1e3:+.1f} ms per epoch against bare")
+    print(f"compute: up / bare {med['up']['compute'] / med['bare']['compute']:.4f} (the same calls in both loops)")
     print(f"up fixed cost per run (build, results.png): {statistics.median(fixed):.2f} s")
     print(f"final weights bitwise equal: {equal}")
-    ok = median <= 1.01 + 0.010 / med_bare
+    ok = median <= 1.01 + 0.010 / med["bare"]["wall"]
     print(f"target per epoch up <= 1.01 x bare + 10 ms: {'OK' if ok else 'ABOVE TARGET'}")
 
 

@@ -68,7 +68,7 @@ def tune_malloc():
             reason = "mallopt refused the values"
     _applied = (f"malloc left as it is: {reason}" if reason else
                 f"malloc: mmap threshold {MMAP_THRESHOLD >> 20} MiB, trim threshold {TRIM_THRESHOLD >> 20} MiB")
-    log.debug("%s", _applied)
+    log.info("%s (runtime.tune_malloc)", _applied)
     return _applied
 
 
