@@ -31,6 +31,7 @@ Target: per epoch, trainer <= 1.01 x bare + 10 ms.
 """
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -133,15 +134,14 @@ class Interleave(Hook):
         super().__init__()
         self.bare, self.bare_first = bare, bare_first
         self.watches = {"bare": bare_compute, "up": up_compute}
-        self.epochs = {"bare": [], "up": []}  # (wall s, compute s) per epoch
+        self.epochs = {"bare": [], "up": []}  # (wall s, compute s, minor page faults) per epoch
         self.up_started = None
 
     def _stamp(self, loop):
-        return time.perf_counter(), self.watches[loop].total
+        return time.perf_counter(), self.watches[loop].total, resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
     def _record(self, loop, started):
-        wall, compute = self._stamp(loop)
-        self.epochs[loop].append((wall - started[0], compute - started[1]))
+        self.epochs[loop].append(tuple(now - then for now, then in zip(self._stamp(loop), started)))
 
     def _bare_epoch(self):
         started = self._stamp("bare")
@@ -166,7 +166,7 @@ class Interleave(Hook):
 
 
 def interleaved_run(cfg, bare_first):
-    """({loop: [(wall s, compute s) per epoch]}, up fixed s, {loop: final weights})"""
+    """({loop: [(wall s, compute s, page faults) per epoch]}, up fixed s, {loop: final weights})"""
     with tempfile.TemporaryDirectory() as bare_dir, tempfile.TemporaryDirectory() as up_dir:
         bare_compute, up_compute = Stopwatch(), Stopwatch()
         bare = bare_epochs(cfg, bare_dir, bare_compute)
@@ -179,7 +179,7 @@ def interleaved_run(cfg, bare_first):
         clock = trainer.hooks.add(Interleave(bare, bare_first, bare_compute, up_compute), priority="HIGHEST")
         trainer.train()
         total = time.perf_counter() - start
-        fixed = total - sum(wall for loop in clock.epochs.values() for wall, _ in loop)
+        fixed = total - sum(epoch[0] for loop in clock.epochs.values() for epoch in loop)
         weights = {"up": trainer.module.state_dict(), "bare": bare_model.state_dict()}
         return clock.epochs, fixed, weights
 
@@ -215,11 +215,12 @@ def report(args, epochs, pairs, fixed, equal):
                   for i, part in enumerate(("wall", "compute", "rest"))} for loop in epochs}
     print(f"{args.repeats} repeats x {args.epochs} epochs of {os.path.relpath(args.config, REPO)}, interleaved, "
           f"{args.threads} intra-op thread(s); medians over {len(pairs)} epochs per loop")
-    print(f"{'loop':<6}{'epoch s':>10}{'min':>8}{'max':>8}{'compute s':>11}{'rest ms':>10}")
+    print(f"{'loop':<6}{'epoch s':>10}{'min':>8}{'max':>8}{'compute s':>11}{'rest ms':>10}{'page faults':>13}")
     for loop in ("bare", "up"):
         walls = [e[0] for e in epochs[loop]]
+        faults = statistics.median(e[2] for e in epochs[loop])
         print(f"{loop:<6}{med[loop]['wall']:>10.3f}{min(walls):>8.3f}{max(walls):>8.3f}"
-              f"{med[loop]['compute']:>11.3f}{med[loop]['rest'] * 1e3:>10.1f}")
+              f"{med[loop]['compute']:>11.3f}{med[loop]['rest'] * 1e3:>10.1f}{faults:>13,.0f}")
     q1, median, q3 = statistics.quantiles(pairs, n=4)
     print(f"up / bare per epoch, neighbouring pairs: median {median:.4f} (quartiles {q1:.4f} - {q3:.4f})")
     print(f"everything but compute (data, evaluation bookkeeping, checkpoints, hooks): up "
