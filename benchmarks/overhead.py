@@ -18,9 +18,9 @@ overlaps the bare loop's epoch (this counts the whole write against up). The res
 (building it, the end-of-run results.png) is reported apart as its fixed cost.
 
 One intra-op thread by default: what the trainer adds is single-threaded Python work, and on a
-shared 2-core machine one thread's epoch times vary by about 1 % where two threads' vary by
-about 7 % (their synchronisation stalls whenever the other core is taken), which would drown a
-1 % target. --threads 2 measures the same with torch's default on such a machine.
+shared 2-core machine epoch times varied by 1.2 % (coefficient of variation) with one thread
+against 7.1 % with two (their synchronisation stalls whenever the other core is taken), which
+would drown a 1 % target. --threads 2 measures the same with torch's default on such a machine.
 
 `up train` sets glibc's malloc thresholds once per process (runtime.tune_malloc, see
 up_trainer/engine/allocator.py); the benchmark does so before the first loop, so the bare loop
