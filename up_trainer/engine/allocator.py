@@ -9,9 +9,9 @@ they are page-faulted in again each step depended on what the process had done b
 digits demo one process took ~8,000 minor page faults per optimizer step (a 2-epoch run: 11.5 s
 against 9.1 s tuned), another almost none, with identical code. Fixing both thresholds removes
 that lottery: blocks up to 32 MiB (glibc's largest allowed mmap threshold) come from the heap,
-and up to 1 GiB of free heap top stays mapped for the next step. The price is memory held rather than
-returned, as with jemalloc or tcmalloc: peak RSS of a 3-epoch digits demo run was 1,182 MB
-against 1,061 MB untuned.
+and up to 1 GiB of free heap top stays mapped for the next step. The price is memory held
+rather than returned, as with jemalloc or tcmalloc: peak RSS of a 3-epoch digits demo run was
+1,182 MB against 1,061 MB untuned.
 
 Process-wide, applied once by :func:`build_trainer` unless ``runtime.tune_malloc`` is false.
 Skipped where glibc is not the allocator or the user already chose: any ``MALLOC_*_`` threshold

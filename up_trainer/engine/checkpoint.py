@@ -172,6 +172,9 @@ def to_bytes(ckpt):
     return buf.getvalue()
 
 
+IMMUTABLE_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+
+
 def snapshot(obj, staging=None):
     """A copy of a checkpoint dict that later training steps cannot change: tensors are
     copied to CPU memory, containers rebuilt, anything else deep-copied.
@@ -181,46 +184,28 @@ def snapshot(obj, staging=None):
     several times faster than allocating it anew (no page faults).
     """
     staging = [] if staging is None else staging
-    dsts, srcs = [], []
+    used = 0
 
     def rebuild(obj):
+        nonlocal used
         if type(obj) in IMMUTABLE_ATOMS:  # most leaves (param indexes, hyper-parameters): no copy
             return obj
         if isinstance(obj, torch.Tensor):
-            n = len(dsts)
-            if n == len(staging):
+            if used == len(staging):
                 staging.append(None)
-            buf = staging[n]
+            buf = staging[used]
             if buf is None or buf.shape != obj.shape or buf.dtype != obj.dtype:
-                buf = staging[n] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
-            dsts.append(buf)
-            srcs.append(obj)
-            return buf
+                buf = staging[used] = torch.empty(obj.shape, dtype=obj.dtype, device="cpu")
+            used += 1
+            return buf.copy_(obj)
         if isinstance(obj, dict):
             return {k: rebuild(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return type(obj)(rebuild(v) for v in obj)
         return copy.deepcopy(obj)
 
-    out = rebuild(obj)
-    copy_all(dsts, srcs)
-    return out
-
-
-IMMUTABLE_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
-
-
-@torch.no_grad()
-def copy_all(dsts, srcs):
-    foreach_copy = getattr(torch, "_foreach_copy_", None)
-    if foreach_copy is not None and dsts:
-        try:
-            foreach_copy(dsts, srcs)
-            return
-        except (RuntimeError, TypeError):  # e.g. mixed devices or an unusual layout: one by one
-            pass
-    for dst, src in zip(dsts, srcs):
-        dst.copy_(src)
+    with torch.no_grad():
+        return rebuild(obj)
 
 
 class CheckpointStore:
