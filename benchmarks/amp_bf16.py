@@ -41,6 +41,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per round and variant")
     args = ap.parse_args()
+    from up_trainer.engine.allocator import tune_malloc
+
+    print(tune_malloc())  # as `up train` does (runtime.tune_malloc): the allocator the trainer runs with
 
     import logging
 

@@ -16,6 +16,7 @@ import time
 import torch
 import torchvision
 
+from up_trainer.engine.allocator import tune_malloc
 from up_trainer.engine.checkpoint import CheckpointStore
 
 
@@ -50,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
+    print(tune_malloc())  # as `up train` does (runtime.tune_malloc): the allocator the trainer runs with
     print(f"{'model':<22}{'weights MB':>11}{'sync ms':>10}{'blocked ms':>12}{'ratio':>8}")
     for name in ("mobilenet_v3_small", "resnet50"):
         state = full_state(getattr(torchvision.models, name)(weights=None))

@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from up_trainer.engine.allocator import tune_malloc  # noqa: E402
 from up_trainer.hooks.base import HookList  # noqa: E402
 from up_trainer.memckpt import profiler  # noqa: E402
 from up_trainer.registry import HOOKS, MODELS  # noqa: E402
@@ -107,6 +108,7 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--models", default="resnet50,retinanet")
     args = ap.parse_args()
+    print(tune_malloc())  # as `up train` does (runtime.tune_malloc): the allocator the trainer runs with
     device = torch.device(args.device)
     unit = "cuda max_memory_allocated" if device.type == "cuda" else "saved activation bytes"
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}; memory = {unit}")
