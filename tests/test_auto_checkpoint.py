@@ -54,7 +54,7 @@ def snapshots(ckpts):
 
 
 def popen(cfg, work_dir, *extra, env=None):
-    env = dict(os.environ, PYTHONPATH=TESTS, **(env or {}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), **(env or {}))
     cmd = [sys.executable, "-m", "up_trainer", "train", "--config", cfg, "--work-dir", str(work_dir), *extra]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
