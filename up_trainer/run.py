@@ -119,7 +119,7 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
     from .engine.builder import build_trainer
     from .engine.checkpoint import load_checkpoint, load_weights
 
-    from .hooks.base import HookList
+    from .engine.hooks import HookList
 
     setup_logging(None)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)

@@ -52,7 +52,7 @@ def build_dataset(entry, path, evaluator_cfg_out=None):
 
 
 def build_hooks(entries, path="hooks"):
-    from ..hooks.base import HookList, parse_priority
+    from .hooks import HookList, parse_priority
 
     hooks = HookList()
     for i, entry in enumerate(entries):

@@ -2,7 +2,7 @@
 import importlib
 import pkgutil
 
-from .base import PRIORITIES, Hook, HookList  # noqa: F401
+from ..engine.hooks import PRIORITIES, Hook, HookList  # noqa: F401
 
 
 def _import_all():

@@ -3,7 +3,7 @@ import inspect
 
 from ..errors import ConfigError
 from ..registry import HOOKS, public_params
-from .base import PRIORITIES, parse_priority
+from ..engine.hooks import PRIORITIES, parse_priority
 
 
 def _priority_text(cls):

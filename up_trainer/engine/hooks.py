@@ -1,0 +1,137 @@
+"""Hook base class, priorities and the ordered hook list the trainer dispatches to.
+
+The dispatcher belongs to the engine: the trainer and the builder use it, and every hook
+(built-in in :mod:`up_trainer.hooks` or a plugin) derives from :class:`Hook` here.
+"""
+from ..errors import ConfigError, did_you_mean
+
+# Lower runs first. Names as MMEngine's, so its users can write them in YAML.
+PRIORITIES = {
+    "HIGHEST": 0,
+    "VERY_HIGH": 10,
+    "HIGH": 30,
+    "ABOVE_NORMAL": 40,
+    "NORMAL": 50,
+    "BELOW_NORMAL": 60,
+    "LOW": 70,
+    "VERY_LOW": 90,
+    "LOWEST": 100,
+}
+
+EVENTS = (
+    "before_train",
+    "before_epoch",
+    "before_data",
+    "before_forward",
+    "after_forward",
+    "after_backward",
+    "after_update",
+    "after_epoch",
+    "before_eval",
+    "after_eval",
+    "after_train",
+    "before_save_checkpoint",
+    "after_load_checkpoint",
+    "on_exception",
+)
+
+
+def parse_priority(value, path="priority"):
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a priority name or an int 0-100, got {value!r}")
+    if isinstance(value, int):
+        if not 0 <= value <= 100:
+            raise ConfigError(path, f"priority {value} is outside 0-100")
+        return value
+    if isinstance(value, str) and value.upper() in PRIORITIES:
+        return PRIORITIES[value.upper()]
+    raise ConfigError(path, f"unknown priority {value!r}",
+                      did_you_mean(str(value).upper(), PRIORITIES) or f"use one of {', '.join(PRIORITIES)} or 0-100")
+
+
+class Hook:
+    """Base of every hook. Override the events you need; each gets the trainer first.
+
+    Events (README, Lifecycle events): before_train, before_epoch(epoch), before_data(iter),
+    before_forward(iter, batch), after_forward(iter, outputs), after_backward(iter, loss),
+    after_update(iter), after_epoch(epoch), before_eval, after_eval(metrics), after_train,
+    before_save_checkpoint(ckpt), after_load_checkpoint(ckpt), on_exception(exc).
+
+    A hook that holds state across iterations implements state_dict/load_state_dict; it is
+    saved under ``ckpt['hooks'][hook.name]``.
+    """
+
+    priority = "NORMAL"
+
+    def __init__(self):
+        self.name = None  # set by HookList: the registry type, de-duplicated
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class HookList:
+    """Hooks ordered by priority (stable for ties: YAML order), one dispatch per event."""
+
+    def __init__(self):
+        self._hooks = []  # (priority, insertion index, hook)
+        self._dispatch = {}  # event -> handlers; an empty list (up eval) dispatches too
+
+    def add(self, hook, priority=None, name=None):
+        prio = parse_priority(hook.priority if priority is None else priority)
+        hook.priority_value = prio
+        base = name or getattr(hook, "name", None) or type(hook).__name__
+        taken = {h.name for h in self}
+        hook.name, i = base, 1
+        while hook.name in taken:
+            i += 1
+            hook.name = f"{base}_{i}"
+        self._hooks.append((prio, len(self._hooks), hook))
+        self._hooks.sort(key=lambda t: (t[0], t[1]))
+        self._dispatch = {}
+        return hook
+
+    def __iter__(self):
+        return (h for _, _, h in self._hooks)
+
+    def __len__(self):
+        return len(self._hooks)
+
+    def get(self, name):
+        for h in self:
+            if h.name == name:
+                return h
+        return None
+
+    def handlers(self, event):
+        """Bound methods of hooks overriding ``event``, in order (cached: hot path)."""
+        if event not in self._dispatch:
+            self._dispatch[event] = [
+                getattr(h, event) for h in self if getattr(type(h), event, None) is not getattr(Hook, event, None)
+            ]
+        return self._dispatch[event]
+
+    def call(self, event, trainer, *args):
+        for fn in self.handlers(event):
+            fn(trainer, *args)
+
+    def order_table(self):
+        """Per event, the hooks that handle it in call order: printed before training."""
+        lines = []
+        width = max(len(e) for e in EVENTS)
+        for event in EVENTS:
+            names = [f"{fn.__self__.name}({fn.__self__.priority_value})" for fn in self.handlers(event)]
+            if names:
+                lines.append(f"  {event:<{width}}  " + " -> ".join(names))
+        return "\n".join(lines)
+
+    def state_dict(self):
+        return {h.name: h.state_dict() for h in self}
+
+    def load_state_dict(self, states):
+        for h in self:
+            if h.name in states:
+                h.load_state_dict(states[h.name])
