@@ -2,43 +2,11 @@
 
 Nothing heavy is imported at module level, so `up --help` stays instant.
 """
-import functools
 import os
-import sys
 
 import click
 
-from .errors import TrainingInterrupted, UserError
-
-
-def one_line(text):
-    """The message as one line. A DataLoader worker re-raises a user error with the worker's
-    traceback in the text: its last line is the original message. Other control characters
-    (a YAML key may hold any) are escaped."""
-    if "Original Traceback" in text:
-        last = [line for line in text.splitlines() if line.strip()][-1]
-        text = last.split(": ", 1)[1] if last.split(": ", 1)[0].endswith("Error") else last
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def run_safely(fn):
-    """User errors: one line, exit 2. Interrupts: their exit code. Bugs: traceback, exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            click.echo(f"up: error: {one_line(str(exc))}", err=True)
-            sys.exit(exc.exit_code)
-        except TrainingInterrupted as exc:
-            click.echo(f"up: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("up: interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
+from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 
 
 def config_options(fn):

@@ -124,7 +124,7 @@ def free_port():
 def child_main():
     """Entry point of a spawned worker: read (fn, kwargs, timeout, device) from stdin and run it."""
     fn, kwargs, timeout, device = pickle.load(sys.stdin.buffer)
-    from ..cli import run_safely  # same exit codes and one-line user errors as a plain `up train`
+    from ..exits import run_safely  # same exit codes and one-line user errors as a plain `up train`
 
     run_safely(lambda: run_in_group(fn, kwargs, timeout=timeout, device=device))()
 

@@ -1,0 +1,42 @@
+"""The exit-code policy of every `up` command and of every worker process it starts.
+
+User errors (:class:`~up_trainer.errors.UserError`): one line on stderr, exit 2.
+Interrupts (:class:`~up_trainer.errors.TrainingInterrupted`): their own code, 130 or 143.
+Ctrl-C elsewhere: 130. Anything else is a bug: the traceback, exit 1.
+"""
+import functools
+import sys
+
+import click
+
+from .errors import TrainingInterrupted, UserError
+
+
+def one_line(text):
+    """The message as one line. A DataLoader worker re-raises a user error with the worker's
+    traceback in the text: its last line is the original message. Other control characters
+    (a YAML key may hold any) are escaped."""
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if last.split(": ", 1)[0].endswith("Error") else last
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def run_safely(fn):
+    """``fn`` under the policy above: user errors and interrupts become exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            click.echo(f"up: error: {one_line(str(exc))}", err=True)
+            sys.exit(exc.exit_code)
+        except TrainingInterrupted as exc:
+            click.echo(f"up: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("up: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
