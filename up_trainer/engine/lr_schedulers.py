@@ -23,6 +23,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from ..errors import ConfigError, did_you_mean
 from ..registry import LR_SCHEDULERS, check_kwargs
+from .numbers import check_numbers
 
 log = logging.getLogger("up")
 
@@ -196,6 +197,7 @@ def build_lr_scheduler(optimizer, cfg, updates_per_epoch, max_epoch, path="train
     for key in cfg:
         if key not in KEYS:
             raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, KEYS) or f"known: {', '.join(KEYS)}")
+    check_numbers({k: v for k, v in cfg.items() if k != "type"}, path)
     register = cfg.get("warmup_register_type", "no_scale_lr")
     if register not in ("base", "no_scale_lr"):
         raise ConfigError(f"{path}.warmup_register_type", f"unknown {register!r}",

@@ -25,6 +25,7 @@ def optimizer_class(name, path):
 
 def build_optimizer(model, cfg, path="trainer.optimizer"):
     from ..registry import check_kwargs
+    from .numbers import check_numbers
     from .param_groups import build_param_groups
 
     if "type" not in cfg:
@@ -35,6 +36,11 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
         raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, ["type", "kwargs", "paramwise_cfg", "pconfig"]))
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
+    check_numbers(kwargs, f"{path}.kwargs")
+    check_numbers(cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg")
+    pconfig = cfg.get("pconfig")
+    if isinstance(pconfig, dict):  # nodecay holds name substrings, not numbers
+        check_numbers({k: v for k, v in pconfig.items() if k != "nodecay"}, f"{path}.pconfig")
     check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
     groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
                                 optimizer_cls=cls, pconfig=cfg.get("pconfig"))
