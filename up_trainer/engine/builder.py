@@ -106,6 +106,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
 
     seed_everything(rt["seed"])  # identical initial weights on every rank
     model = build_model(cfg["net"]).to(device)
+    check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
     optim = None
     if with_optim and train_set is not None:
         optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len(),
@@ -120,6 +121,25 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
                       store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
     return trainer
+
+
+def check_class_count(model, net_cfg, datasets):
+    """The net must have an output for every class the data holds: caught here, not as an
+    IndexError mid-training (for detection, only when a high label first comes up)."""
+    predicted = getattr(model, "num_classes", None)
+    if not isinstance(predicted, int):
+        return  # a composed or user net that does not say
+    key = "net[0].kwargs.num_classes" if isinstance(net_cfg, list) else "net.kwargs.num_classes"
+    for path, dataset in datasets:
+        held = getattr(dataset, "num_classes", None)
+        if not isinstance(held, int):
+            continue
+        if held > predicted:
+            raise ConfigError(key, f"the net predicts {predicted} classes but {path} has {held}",
+                              f"set {key}: {held}")
+        if held < predicted:
+            log.warning("%s: the net predicts %d classes, %s has %d (the extra outputs never see a label)",
+                        key, predicted, path, held)
 
 
 def wrap_ddp(model, device, rt):
