@@ -16,11 +16,10 @@ import os
 import torch
 
 from .errors import CheckpointError, ConfigError, DataError
+from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
 
 log = logging.getLogger("up")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
-PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
-           "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3", "#808000"]
 
 
 def list_inputs(path):
@@ -34,59 +33,10 @@ def list_inputs(path):
     raise DataError(f"--input {path}: no such file or directory")
 
 
-# -- drawing (shared with the visualize hook) -------------------------------------------------------
-def to_uint8(image):
-    """float CxHxW in [0, 1] (1 or 3 channels) -> uint8 3xHxW."""
-    image = image.detach().float().cpu()
-    if image.min() < -0.01 or image.max() > 1.01:  # normalized: stretch back into view
-        image = (image - image.min()) / (image.max() - image.min() + 1e-6)
-    image = image[:3] if image.shape[0] >= 3 else image[:1].repeat(3, 1, 1)
-    return (image.clamp(0, 1) * 255).round().to(torch.uint8)
-
-
-def enlarge(image, min_side=256):
-    """Nearest-neighbour integer enlargement so tiny images stay readable; returns (image, factor)."""
-    factor = max(1, min_side // max(1, min(image.shape[-2:])))
-    if factor > 1:
-        image = image.repeat_interleave(factor, dim=-2).repeat_interleave(factor, dim=-1)
-    return image, factor
-
-
-def draw_boxes(image, boxes, labels, classes, scores=None, width=2):
-    """uint8 3xHxW with boxes drawn; color by label; text 'class score'."""
-    from torchvision.utils import draw_bounding_boxes
-
-    boxes = torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 4)
-    if len(boxes) == 0:
-        return image
-    names = [classes[int(lab) - 1] if classes and 1 <= int(lab) <= len(classes) else str(int(lab)) for lab in labels]
-    if scores is not None:
-        names = [f"{n} {float(s):.2f}" for n, s in zip(names, scores)]
-    colors = [PALETTE[int(lab) % len(PALETTE)] for lab in labels]
-    return draw_bounding_boxes(image, boxes, labels=names, colors=colors, width=width)
-
-
-def draw_caption(image, text, color="#3cb44b"):
-    """Classification: the image framed, the caption written in the frame's corner."""
-    h, w = image.shape[-2:]
-    from torchvision.utils import draw_bounding_boxes
-
-    if not text:
-        return image
-    return draw_bounding_boxes(image, torch.tensor([[0.0, 0.0, w - 1.0, h - 1.0]]), labels=[text], colors=[color],
-                               width=3)
-
-
-def save_png(image, path):
-    from PIL import Image
-
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
-
-
 # -- model and data ------------------------------------------------------------------------------
 def load_model(cfg, checkpoint, device, use_ema=True):
-    from .engine.checkpoint import load_checkpoint, load_weights
+    from .engine.checkpoint import load_checkpoint
+    from .weights import load_weights
     from .tasks.net import build_model
 
     model = build_model(cfg["net"])

@@ -117,9 +117,9 @@ def write_eval_results(trainer, metrics):
 
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
     from .engine.builder import build_trainer
-    from .engine.checkpoint import load_checkpoint, load_weights
-
+    from .engine.checkpoint import load_checkpoint
     from .engine.hooks import HookList
+    from .weights import load_weights
 
     setup_logging(None)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)

@@ -7,7 +7,8 @@ import torch
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
-from .checkpoint import CheckpointStore, load_checkpoint, load_weights
+from ..weights import load_fitting, load_weights
+from .checkpoint import CheckpointStore, load_checkpoint
 from .distributed import DistInfo
 from .rng import seed_everything
 
@@ -187,22 +188,7 @@ def load_pretrained(module, path):
         weights = load_weights(path)
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
-    own = module.state_dict()
-    weights = _match_prefixes(weights, own)
-    usable, mismatched = {}, []
-    for k, v in weights.items():
-        if k in own and own[k].shape != v.shape:
-            mismatched.append(f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}")
-        elif k in own:
-            usable[k] = v
-    missing = [k for k in own if k not in usable and k not in {m.split(' ')[0] for m in mismatched}]
-    unexpected = [k for k in weights if k not in own]
-    module.load_state_dict(usable, strict=False)
-    log.info("pretrain_model %s: loaded %d/%d tensors", path, len(usable), len(own))
-    for title, keys in (("missing", missing), ("unexpected", unexpected), ("shape-mismatched", mismatched)):
-        if keys:
-            log.warning("pretrain_model: %d %s keys: %s", len(keys), title, ", ".join(keys[:20]) +
-                        (" ..." if len(keys) > 20 else ""))
+    return load_fitting(module, _match_prefixes(weights, module.state_dict()), f"pretrain_model {path}")
 
 
 def _match_prefixes(weights, own):

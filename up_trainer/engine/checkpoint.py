@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from ..errors import CheckpointError
+from ..weights import load_weights  # noqa: F401  (importable from here before weights.py)
 
 log = logging.getLogger("up")
 
@@ -145,25 +146,6 @@ def load_checkpoint(path, map_location="cpu"):
                                   "use saver.pretrain_model to load foreign weights")
         raise CheckpointError(f"{path} is not a complete up-trainer checkpoint: missing {', '.join(missing)}")
     return ckpt
-
-
-def load_weights(path):
-    """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one."""
-    if not os.path.exists(path):
-        raise CheckpointError(f"weights file not found: {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"cannot load weights from {path}: {first}") from None
-    if isinstance(obj, dict):
-        for key in ("model", "state_dict", "model_state_dict"):
-            if isinstance(obj.get(key), dict):
-                obj = obj[key]
-                break
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise CheckpointError(f"{path} does not hold a state dict of tensors")
-    return obj
 
 
 def to_bytes(ckpt):

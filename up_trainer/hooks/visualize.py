@@ -47,7 +47,7 @@ class Visualize(Hook):
             return
         epoch = trainer.state.epoch
         path = os.path.join(trainer.run_dir, self.out_dir, f"epoch_{epoch:03d}.png")
-        from ..predict import save_png
+        from ..render import save_png
 
         save_png(grid, path)
         if self.tensorboard:
@@ -67,7 +67,7 @@ class Visualize(Hook):
     def render(self, trainer):
         """uint8 3xHxW grid of the first N test images, or None for an empty test set."""
         from ..data.loader import collate_fn_of, to_device
-        from ..predict import draw_boxes, draw_caption, enlarge, to_uint8
+        from ..render import draw_boxes, draw_caption, enlarge, to_uint8
 
         ds = trainer.loaders.test_set
         n = min(self.num_images, len(ds))

@@ -16,6 +16,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ...registry import MODELS
+from ...weights import load_fitting, load_weights
 
 log = logging.getLogger("up")
 
@@ -169,35 +170,18 @@ class ClassificationModel(nn.Module):
                 raise ConfigError("pretrained", str(exc)) from None
 
     def load_pretrained(self, path):
-        """Load what fits from a local weights file; report (never fail on) the rest."""
-        from ...engine.checkpoint import load_weights  # engine imports are deferred: torch-heavy
-
+        """Load what fits from a local weights file; report (never fail on) the rest. A stem
+        saved for another channel count is adapted (see :func:`adapt_stem_weight`)."""
         state = {_strip_prefix(k): v for k, v in load_weights(path).items()}
-        own = self.backbone.state_dict()
         stem_key = first_conv(self.backbone)[0] + ".weight"
-        loadable, mismatched, unexpected = {}, [], []
-        for key, value in state.items():
-            if key not in own:
-                unexpected.append(key)
-                continue
-            want = own[key].shape
-            if value.shape != want and key == stem_key and value.dim() == 4 and \
-                    value.shape[0] == want[0] and value.shape[2:] == want[2:]:
-                value = adapt_stem_weight(value, want[1])
-                log.info("pretrained %s: adapted %s from %d to %d input channels", path, key,
-                         state[key].shape[1], want[1])
-            if value.shape != want:
-                mismatched.append(f"{key} {tuple(value.shape)} vs model {tuple(want)}")
-                continue
-            loadable[key] = value
-        missing = [k for k in own if k not in loadable]
-        self.backbone.load_state_dict(loadable, strict=False)
-        log.info("pretrained %s: loaded %d of %d tensors", path, len(loadable), len(own))
-        for label, keys in (("shape mismatch, skipped", mismatched), ("missing in file", missing),
-                            ("not in model", unexpected)):
-            if keys:
-                log.warning("pretrained %s: %s (%d): %s", path, label, len(keys), ", ".join(keys))
-        return {"loaded": sorted(loadable), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+        def adapt(key, value, want):
+            if key != stem_key or value.dim() != 4 or value.shape[0] != want[0] or value.shape[2:] != want[2:]:
+                return None
+            log.info("pretrained %s: adapted %s from %d to %d input channels", path, key, value.shape[1], want[1])
+            return adapt_stem_weight(value, want[1])
+
+        return load_fitting(self.backbone, state, f"pretrained {path}", adapt=adapt)
 
     def forward(self, batch):
         if isinstance(batch, torch.Tensor):

@@ -18,6 +18,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ...registry import MODELS
+from ...weights import load_fitting, load_weights
 
 log = logging.getLogger("up")
 BACKBONES = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_large")
@@ -176,8 +177,6 @@ class DetectionModel(nn.Module):
 
     def load_pretrained(self, path, backbone_only=False):
         """Load what fits from a local file; report (never fail on) the rest."""
-        from ...engine.checkpoint import load_weights
-
         state = {}
         for key, value in load_weights(path).items():
             for old, new in self._TV_PREFIXES:
@@ -186,20 +185,8 @@ class DetectionModel(nn.Module):
             if backbone_only and not key.startswith("backbone."):
                 key = "backbone." + key  # an ImageNet classifier: conv1.weight -> backbone.conv1.weight
             state[key] = value
-        own = self.state_dict()
-        usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-        skipped = sorted(k for k in state if k not in usable)
-        self.load_state_dict(usable, strict=False)
-        scope = [k for k in own if k.startswith("backbone.")] if backbone_only else list(own)
-        missing = [k for k in scope if k not in usable]
-        log.info("pretrained %s: loaded %d of %d tensors", path, len(usable), len(scope))
-        if skipped:
-            log.warning("pretrained %s: skipped %d (not in model or shape mismatch): %s", path, len(skipped),
-                        ", ".join(skipped[:10]) + (" ..." if len(skipped) > 10 else ""))
-        if missing:
-            log.warning("pretrained %s: %d model tensors not in the file: %s", path, len(missing),
-                        ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
-        return {"loaded": sorted(usable), "skipped": skipped, "missing": missing}
+        scope = [k for k in self.state_dict() if k.startswith("backbone.")] if backbone_only else None
+        return load_fitting(self, state, f"pretrained {path}", scope=scope)
 
 
 def _common_kwargs(min_size, max_size, image_mean, image_std):

@@ -1,0 +1,68 @@
+"""Weights from files: read a state dict from any checkpoint-like file, and load what fits.
+
+Every pretrained path (``saver.pretrain_model``, a classifier's or detector's ``pretrained``)
+goes through :func:`load_fitting`: tensors whose name and shape fit are loaded, the rest is
+reported (one info line, one warning per kind of misfit), never an error.
+"""
+import logging
+import os
+
+import torch
+
+from .errors import CheckpointError
+
+log = logging.getLogger("up")
+SHOWN_KEYS = 20  # per warning line; the report returned holds them all
+
+
+def load_weights(path):
+    """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"weights file not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"cannot load weights from {path}: {first}") from None
+    if isinstance(obj, dict):
+        for key in ("model", "state_dict", "model_state_dict"):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors")
+    return obj
+
+
+def load_fitting(module, state, source, scope=None, adapt=None):
+    """Load the tensors of ``state`` that ``module`` has under the same name and shape.
+
+    ``scope``: the model keys expected from this file (default: all), for the "missing" count.
+    ``adapt(key, value, wanted_shape)`` may return a reshaped tensor for a shape that differs
+    (a stem with another channel count), or None to leave it mismatched.
+    Returns ``{loaded, missing, unexpected, mismatched}``: loaded keys; model keys in scope the
+    file lacks; file keys the model lacks; "key (file shape) vs (model shape)" strings.
+    """
+    own = module.state_dict()
+    loaded, mismatched, unexpected = {}, [], []
+    for key, value in state.items():
+        if key not in own:
+            unexpected.append(key)
+            continue
+        want = own[key].shape
+        if value.shape != want and adapt is not None:
+            adapted = adapt(key, value, want)
+            value = value if adapted is None else adapted
+        if value.shape != want:
+            mismatched.append(f"{key} {tuple(value.shape)} vs {tuple(want)}")
+            continue
+        loaded[key] = value
+    scope = list(own) if scope is None else list(scope)
+    missing = [k for k in scope if k not in state]
+    module.load_state_dict(loaded, strict=False)
+    log.info("%s: loaded %d/%d tensors", source, sum(k in loaded for k in scope), len(scope))
+    for title, keys in (("missing", missing), ("unexpected", unexpected), ("shape-mismatched", mismatched)):
+        if keys:
+            log.warning("%s: %d %s keys: %s", source, len(keys), title, ", ".join(keys[:SHOWN_KEYS]) +
+                        (" ..." if len(keys) > SHOWN_KEYS else ""))
+    return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
