@@ -22,6 +22,7 @@ class TestGate(Hook):
     """Test only: pause at given iterations/evaluations until a signal is queued (or send one)."""
 
     priority = "HIGH"  # before auto_checkpoint acts on the same boundary
+    allow_multiple = True  # one gate per signal a test sends
 
     def __init__(self, at: list = (), after_eval: list = (), marker: str = "", send: str = None,
                  timeout: float = 120.0):

@@ -5,6 +5,7 @@ checkpoint raises a subclass of :class:`UserError`. The CLI prints its one-line 
 exits with code 2; nothing else is ever shown as a traceback for these.
 """
 import difflib
+import reprlib
 
 
 class UserError(Exception):
@@ -51,6 +52,30 @@ def did_you_mean(name, choices, n=3):
     if not close:
         return None
     return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+# Values quoted inside an error message are cut to this many characters: a message is one
+# readable line, whatever the value (a YAML alias bomb once made a 50 MB stderr line).
+VALUE_CHARS = 200
+MESSAGE_CHARS = 2000
+
+
+def short_repr(value, limit=VALUE_CHARS):
+    """``repr(value)`` cut to ``limit`` characters. reprlib stops at a few levels and items per
+    container, so quoting an enormous (or alias-shared) value costs nothing."""
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
+_REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = _REPR.maxarray = 8
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = VALUE_CHARS
+
+
+def shorten(text, limit=MESSAGE_CHARS):
+    """A message cut to ``limit`` characters (the last resort before it is printed)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def join_path(path, key):

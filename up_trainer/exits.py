@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .errors import TrainingInterrupted, UserError
+from .errors import TrainingInterrupted, UserError, shorten
 
 
 def one_line(text):
@@ -30,7 +30,7 @@ def run_safely(fn):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            click.echo(f"up: error: {one_line(str(exc))}", err=True)
+            click.echo(f"up: error: {shorten(one_line(str(exc)))}", err=True)
             sys.exit(exc.exit_code)
         except TrainingInterrupted as exc:
             click.echo(f"up: {exc}", err=True)

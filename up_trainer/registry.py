@@ -8,7 +8,7 @@ import importlib
 import inspect
 import typing
 
-from .errors import ConfigError, did_you_mean, join_path
+from .errors import ConfigError, did_you_mean, join_path, short_repr
 
 ENTRY_POINT_GROUP = "up_trainer.plugins"
 _plugins_loaded = False
@@ -29,6 +29,9 @@ def load_plugins():
 def import_user_modules(modules, path="runtime.imports"):
     """Import ``runtime.imports`` so their ``@REGISTRY.register`` decorators run."""
     for i, name in enumerate(modules or []):
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(join_path(path, i), f"expected a module name like my_pkg.hooks, got "
+                              f"{type(name).__name__} {short_repr(name)}")
         try:
             importlib.import_module(name)
         except ImportError as exc:
@@ -78,7 +81,7 @@ class Registry:
 
     def get(self, name, path=None):
         if not isinstance(name, str):
-            raise ConfigError(path, f"expected a {self.kind} type name, got {type(name).__name__} {name!r}")
+            raise ConfigError(path, f"expected a {self.kind} type name, got {type(name).__name__} {short_repr(name)}")
         self._load()
         name = self._aliases.get(name, name)
         if name in self._entries:
@@ -183,7 +186,7 @@ def check_kwargs(obj, kwargs, path, provided=()):
             continue  # `key: null` restores a None default, whatever the annotation says
         if accepted is not None and not _type_ok(value, accepted):
             names = "/".join(sorted({t.__name__ for t in accepted}))
-            raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__} {value!r}")
+            raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__} {short_repr(value)}")
     for key, p in params.items():
         if p.default is p.empty and key not in kwargs and key not in provided:
             raise ConfigError(join_path(path, key), "required argument is missing")

@@ -5,9 +5,58 @@ import yaml
 
 from ..errors import ConfigError
 
+# Limits far above any real config (UP's largest is a few KB, nested < 15 deep), low enough
+# that a hostile file fails at once: /dev/zero as a config, an alias bomb (a few lines that
+# expand to a billion nodes once anything walks them), or nesting deep enough for Python's
+# recursion limit.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_NODES = 200_000  # nodes after alias expansion
+MAX_DEPTH = 100
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one)."""
+    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one) and
+    documents past the depth and alias-expansion limits.
+
+    The limits are checked as the composer consumes events, before it recurses one level
+    deeper or a Python object exists: a collection's expanded size is known at its end
+    event, an alias adds its anchor's size."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._sizes = [0]  # expanded node count of each open collection (the root at [0])
+        self._anchor_sizes = {}
+        self._open_anchors = []
+
+    def get_event(self):
+        event = super().get_event()
+        if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+            size = 1 if isinstance(event, yaml.ScalarEvent) else self._anchor_sizes.get(event.anchor, 1)
+            if isinstance(event, yaml.ScalarEvent) and event.anchor:
+                self._anchor_sizes[event.anchor] = 1
+            self._add(size, event)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if len(self._sizes) > MAX_DEPTH:
+                self._refuse(event, f"is nested deeper than {MAX_DEPTH} levels")
+            self._sizes.append(1)
+            self._open_anchors.append(event.anchor)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            size = self._sizes.pop()
+            anchor = self._open_anchors.pop()
+            if anchor:
+                self._anchor_sizes[anchor] = size
+            self._add(size, event)
+        return event
+
+    def _add(self, size, event):
+        self._sizes[-1] += size
+        if sum(self._sizes) > MAX_NODES:
+            self._refuse(event, f"expands to more than {MAX_NODES} values (YAML aliases repeating "
+                                "aliases: an alias bomb?)")
+
+    def _refuse(self, event, what):
+        mark = event.start_mark
+        raise ConfigError(f"{mark.name}:{mark.line + 1}", f"the document {what}")
 
 
 def _construct_mapping(loader, node, deep=False):
@@ -53,13 +102,15 @@ def parse_yaml(text, source="<string>"):
 def read_yaml_file(path, what="config file"):
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_CONFIG_BYTES + 1)  # never more: /dev/zero or a FIFO is no config
     except FileNotFoundError:
         raise ConfigError(None, f"{what} not found: {path}") from None
     except IsADirectoryError:
         raise ConfigError(None, f"{what} is a directory, not a file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(None, f"cannot read {what} {path}: {exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(None, f"{what} {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a config")
     data = parse_yaml(text, source=path)
     if data is None:
         data = {}

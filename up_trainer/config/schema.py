@@ -2,7 +2,7 @@
 
 The README's config reference lists exactly these fields (``up config --reference`` prints it).
 """
-from ..errors import ConfigError, did_you_mean, join_path
+from ..errors import ConfigError, did_you_mean, join_path, short_repr
 
 REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}
@@ -25,9 +25,9 @@ class Field:
         if float in self.types and isinstance(value, int) and not isinstance(value, bool):
             ok = True
         if not ok:
-            raise ConfigError(path, f"expected {self.type_names()}, got {type(value).__name__} {value!r}")
+            raise ConfigError(path, f"expected {self.type_names()}, got {type(value).__name__} {short_repr(value)}")
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(path, f"{value!r} is not one of {', '.join(map(str, self.choices))}",
+            raise ConfigError(path, f"{short_repr(value)} is not one of {', '.join(map(str, self.choices))}",
                               did_you_mean(value, self.choices))
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             raise ConfigError(path, f"must be >= {self.minimum}, got {value}")

@@ -3,7 +3,7 @@
 The dispatcher belongs to the engine: the trainer and the builder use it, and every hook
 (built-in in :mod:`up_trainer.hooks` or a plugin) derives from :class:`Hook` here.
 """
-from ..errors import ConfigError, did_you_mean
+from ..errors import ConfigError, did_you_mean, short_repr
 
 # Lower runs first. Names as MMEngine's, so its users can write them in YAML.
 PRIORITIES = {
@@ -38,14 +38,14 @@ EVENTS = (
 
 def parse_priority(value, path="priority"):
     if isinstance(value, bool):
-        raise ConfigError(path, f"expected a priority name or an int 0-100, got {value!r}")
+        raise ConfigError(path, f"expected a priority name or an int 0-100, got {short_repr(value)}")
     if isinstance(value, int):
         if not 0 <= value <= 100:
             raise ConfigError(path, f"priority {value} is outside 0-100")
         return value
     if isinstance(value, str) and value.upper() in PRIORITIES:
         return PRIORITIES[value.upper()]
-    raise ConfigError(path, f"unknown priority {value!r}",
+    raise ConfigError(path, f"unknown priority {short_repr(value)}",
                       did_you_mean(str(value).upper(), PRIORITIES) or f"use one of {', '.join(PRIORITIES)} or 0-100")
 
 
@@ -59,9 +59,16 @@ class Hook:
 
     A hook that holds state across iterations implements state_dict/load_state_dict; it is
     saved under ``ckpt['hooks'][hook.name]``.
+
+    ``allow_multiple``: whether a run may list this hook more than once. False by default:
+    most hooks act on shared state (weights, gradients, signal handlers, ckpt_best.pth,
+    metrics.csv), and a second instance would silently act twice (two EMA swaps put the EMA
+    weights into training). A hook whose instances are independent (each with its own
+    monitor or output) sets it to True; ``up hooks`` shows which.
     """
 
     priority = "NORMAL"
+    allow_multiple = False
 
     def __init__(self):
         self.name = None  # set by HookList: the registry type, de-duplicated

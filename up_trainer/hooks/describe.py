@@ -20,7 +20,8 @@ def describe_hooks(name=None):
     for n in names:
         cls = HOOKS.get(n)
         doc = inspect.getdoc(cls) or ""
-        lines = [f"{n}  priority {_priority_text(cls)}", "  " + (doc if name else doc.splitlines()[0] if doc else "")]
+        repeat = "may be listed more than once" if cls.allow_multiple else "one per run"
+        lines = [f"{n}  priority {_priority_text(cls)}, {repeat}", "  " + (doc if name else doc.splitlines()[0] if doc else "")]
         params = public_params(cls)
         if params:
             lines.append("  kwargs:")

@@ -28,6 +28,7 @@ class EarlyStopping(Hook):
     """
 
     priority = "LOW"
+    allow_multiple = True  # each instance watches its own metric; stopping when any runs out
 
     def __init__(self, monitor: str = None, mode: str = "max", patience: int = 5, min_delta: float = 0.0):
         super().__init__()

@@ -24,6 +24,7 @@ class Visualize(Hook):
     """
 
     priority = "LOW"
+    allow_multiple = True  # each instance draws into its own out_dir
 
     def __init__(self, num_images: int = 8, interval: int = 1, score_thr: float = 0.3, out_dir: str = "vis",
                  logdir: str = "log", tensorboard: bool = True, min_side: int = 128):
