@@ -3,6 +3,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import merge_sections
+from up_trainer.engine.scalars import Scalars
 from up_trainer.registry import MODELS
 
 
@@ -89,6 +90,7 @@ def fake_trainer(module, optim, epoch_len):
 
     st = TrainState()
     st.epoch_len = epoch_len
-    return SimpleNamespace(module=module, model=module, optim=optim, state=st, did_update=False, ema=None)
+    return SimpleNamespace(module=module, model=module, optim=optim, state=st, did_update=False, ema=None,
+                           scalars=Scalars())
 
 

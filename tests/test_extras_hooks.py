@@ -139,11 +139,13 @@ def test_nan_guard_catches_non_finite_gradients_with_a_finite_loss():
     p = torch.nn.Parameter(torch.ones(3))
     p.grad = torch.tensor([0.0, float("inf"), 1.0])
     optimizer = torch.optim.SGD([p], lr=1.0)
-    optim = SimpleNamespace(optimizer=optimizer, scaler=None, is_update=lambda i, n: True)
+    optim = SimpleNamespace(optimizer=optimizer, scaler=None)
     tr = SimpleNamespace(state=SimpleNamespace(epoch=1, epoch_iter=0, epoch_len=1), optim=optim,
                          module=SimpleNamespace(parameters=lambda: [p]), dist=SimpleNamespace(enabled=False))
     hook = NanGuard()
     hook.after_backward(tr, 1, torch.tensor(0.5))
+    assert p.grad is not None  # gradients are judged once complete, in before_step
+    hook.before_step(tr, 1)
     assert p.grad is None and hook.skipped == 1
     optimizer.step()
     assert torch.equal(p.detach(), torch.ones(3))

@@ -105,16 +105,16 @@ def test_clips_only_at_update_steps_under_accumulation():
     x = torch.ones(8, 4)
     for epoch_iter in range(3):
         trainer.state.epoch_iter = epoch_iter
-        trainer.grad_norm = None
         trainer.optim.backward(model(x).pow(2).sum(), trainer.optim.group_size(epoch_iter, 3))
         before = model.weight.grad.clone()
-        hook.after_backward(trainer, epoch_iter + 1, None)
         update = epoch_iter in (1, 2)  # groups {0, 1} and the short last {2}
-        assert (trainer.grad_norm is not None) == update
-        assert torch.equal(before, model.weight.grad) != update
-        if update:
+        assert trainer.optim.is_update(epoch_iter, 3) == update
+        if update:  # what the trainer does: before_step only when this micro-batch steps
+            trainer.scalars.new_step()
+            hook.before_step(trainer, epoch_iter + 1)
+            assert trainer.scalars.get("grad_norm") is not None and not torch.equal(before, model.weight.grad)
             assert norm_of(list(model.parameters())) == pytest.approx(1e-3, rel=1e-3)
-            assert trainer.grad_clipped
+            assert trainer.scalars.get("grad_clipped")
             trainer.optim.step()
     assert hook.count == 2
 
@@ -131,11 +131,12 @@ def test_fp16_gradients_are_unscaled_before_measuring():
         loss = model(x).float().pow(2).sum()
     trainer.optim.backward(loss)
     hook = GradClipper(mode="pre_defined", max_norm=1e9)
-    hook.after_backward(trainer, 1, loss)
-    assert trainer.grad_norm == pytest.approx(norm_of(list(ref.parameters())), rel=1e-2)
-    assert not trainer.grad_clipped
+    hook.before_step(trainer, 1)
+    norm = trainer.scalars.get("grad_norm")
+    assert norm == pytest.approx(norm_of(list(ref.parameters())), rel=1e-2)
+    assert not trainer.scalars.get("grad_clipped")
     trainer.optim.unscale_()  # idempotent: a second call must not unscale again
-    assert norm_of(list(model.parameters())) == pytest.approx(trainer.grad_norm, rel=1e-6)
+    assert norm_of(list(model.parameters())) == pytest.approx(norm, rel=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -177,7 +178,7 @@ def test_training_logs_grad_norm_every_update(tmp_path):
     class Probe(Hook):
         def after_update(self, trainer, iteration):
             if trainer.did_update:
-                seen.append((trainer.grad_norm, trainer.grad_clipped))
+                seen.append((trainer.scalars.get("grad_norm"), trainer.scalars.get("grad_clipped")))
 
     trainer = build_trainer(resolved(cfg), work_dir=str(tmp_path), device="cpu")
     trainer.hooks.add(Probe(), priority=99)

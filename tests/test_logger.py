@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from conftest import REPO, write_cfg
+from up_trainer.engine.scalars import Scalars
 from up_trainer.engine.state import TrainState
 from up_trainer.errors import ConfigError
 from up_trainer.hooks import train_val_logger as tvl
@@ -74,7 +75,7 @@ def fake_trainer(run_dir, epoch_len=10, max_epoch=2, display=None):
     st.epoch_len = epoch_len
     return SimpleNamespace(state=st, dist=SimpleNamespace(is_main=True, enabled=False), device=torch.device("cpu"),
                            optim=SimpleNamespace(lr=lambda: 0.01), outputs={}, run_dir=str(run_dir),
-                           max_epoch=max_epoch, display=display)
+                           max_epoch=max_epoch, display=display, scalars=Scalars())
 
 
 def drive(hook, trainer, clock, n_iters, phase_times, metrics=None):
@@ -174,7 +175,7 @@ def test_losses_and_grad_norm_read_only_on_log_lines(tmp_path, clock, non_tty, u
     trainer = fake_trainer(tmp_path, epoch_len=8, max_epoch=1)
     cls_loss, box_loss = CountingLoss(1.5), CountingLoss(0.25)
     trainer.outputs = {"cls_loss": cls_loss, "box_loss": box_loss, "accuracy": torch.tensor(0.5)}
-    trainer.grad_norm = torch.tensor(4.0)
+    trainer.scalars.put("grad_norm", torch.tensor(4.0))
     hook.before_train(trainer)
     drive(hook, trainer, clock, 8, lambda it: (0.1, 0.1, 0.1, 0.1))
     assert cls_loss.items == 2 and box_loss.items == 2  # 8 iterations, 2 log lines

@@ -25,6 +25,7 @@ EVENTS = (
     "before_forward",
     "after_forward",
     "after_backward",
+    "before_step",
     "after_update",
     "after_epoch",
     "before_eval",
@@ -54,8 +55,11 @@ class Hook:
 
     Events (README, Lifecycle events): before_train, before_epoch(epoch), before_data(iter),
     before_forward(iter, batch), after_forward(iter, outputs), after_backward(iter, loss),
-    after_update(iter), after_epoch(epoch), before_eval, after_eval(metrics), after_train,
-    before_save_checkpoint(ckpt), after_load_checkpoint(ckpt), on_exception(exc).
+    before_step(iter) (only when this micro-batch steps the optimizer: gradients complete,
+    all-reduced), after_update(iter), after_epoch(epoch), before_eval, after_eval(metrics),
+    after_train, before_save_checkpoint(ckpt), after_load_checkpoint(ckpt), on_exception(exc).
+
+    Hooks share measurements through ``trainer.scalars`` (:mod:`up_trainer.engine.scalars`).
 
     A hook that holds state across iterations implements state_dict/load_state_dict; it is
     saved under ``ckpt['hooks'][hook.name]``.

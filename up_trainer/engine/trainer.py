@@ -13,6 +13,7 @@ from ..errors import TrainingInterrupted
 from . import schedule
 from .checkpoint import LATEST, epoch_name
 from .rng import rng_state, set_rng_state
+from .scalars import Scalars
 from .state import TrainState
 
 log = logging.getLogger("up")
@@ -48,6 +49,9 @@ class Trainer:
         self.pending_saves = []  # extra checkpoint names hooks asked for at this epoch's end
         self.did_update = False  # whether the last iteration stepped the optimizer
         self.outputs = {}  # last training outputs (losses), for logging hooks
+        self.scalars = Scalars()  # what hooks measure for other hooks (grad_norm, ...): see engine/scalars.py
+        self.display = None  # --display N: log every N iterations, overriding the logger's freq
+        self.last_results = None  # the evaluator's raw per-sample results of the latest evaluate()
         self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
         self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it
 
@@ -117,6 +121,8 @@ class Trainer:
         self.outputs = outputs
         self.hooks.call("after_backward", self, it, loss)
         if is_update:
+            self.scalars.new_step()
+            self.hooks.call("before_step", self, it)
             optim.step()
         self.did_update = is_update
         st.iter, st.epoch_iter = it, st.epoch_iter + 1

@@ -7,7 +7,7 @@
 The current norm never enters its own threshold (UP's code let it, which weakens the clip).
 Until there is history, ``max_norm`` is used when given, else nothing is clipped. Non-finite
 norms (fp16 overflow; the GradScaler skips that step) are neither clipped nor recorded.
-Sets ``trainer.grad_norm`` (pre-clip norm) and ``trainer.grad_clipped`` for loggers.
+Publishes ``grad_norm`` (pre-clip) and ``grad_clipped`` in ``trainer.scalars`` for loggers.
 """
 import math
 from typing import Optional
@@ -25,7 +25,7 @@ MODES = ("pre_defined", "average", "moving_average")
 class GradClipper(Hook):
     """Clip the gradient norm at optimizer updates: pre_defined, average or moving_average."""
 
-    priority = "ABOVE_NORMAL"  # before other after_backward hooks that might read gradients
+    priority = "ABOVE_NORMAL"  # before other before_step hooks that might read gradients
 
     def __init__(self, mode: str = "pre_defined", max_norm: Optional[float] = None, norm_type: float = 2.0,
                  tolerance: float = 1.0, momentum: float = 0.9):
@@ -95,13 +95,13 @@ class GradClipper(Hook):
         self.record(norm)
         return norm, clipped
 
-    def after_backward(self, trainer, iteration, loss):
-        st = trainer.state
-        if not trainer.optim.is_update(st.epoch_iter, st.epoch_len):
-            return  # accumulating: clip the summed gradient once, at the update
+    def before_step(self, trainer, iteration):
+        # once per update: under accumulation the summed gradient is clipped, not each micro-batch's
         trainer.optim.unscale_()  # fp16: true-scale gradients before measuring them
         params = [p for g in trainer.optim.optimizer.param_groups for p in g["params"]]
-        trainer.grad_norm, trainer.grad_clipped = self.clip(params)
+        norm, clipped = self.clip(params)
+        trainer.scalars.put("grad_norm", norm)
+        trainer.scalars.put("grad_clipped", clipped)
 
     def state_dict(self):
         return {"count": self.count, "total": self.total, "moving": self.moving}

@@ -1,8 +1,7 @@
 """nan_guard: catch a non-finite loss or gradient before the optimizer step applies it.
 
-Checked in after_backward, i.e. every iteration before the step. The loss of every
-micro-batch is checked; the gradients once per update (the micro-batch that closes an
-accumulation group), when they are complete. Policies:
+The loss of every micro-batch is checked in after_backward; the gradients in before_step,
+once per update, when they are complete. Policies:
 
 - skip: drop this update. Gradients are set to None, which every torch optimizer treats as
   "no update for this parameter" (no momentum/Adam moment change, no weight decay); the LR
@@ -72,12 +71,12 @@ class NanGuard(Hook):
         self._rollback_due = False
 
     def after_backward(self, trainer, iteration, loss):
-        st, optim = trainer.state, trainer.optim
         value = float(loss.detach())
         if not math.isfinite(value) and self._bad is None:
             self._bad = f"loss={value}"
-        if not optim.is_update(st.epoch_iter, st.epoch_len):
-            return  # the gradients are complete (and all-reduced) only at the update
+
+    def before_step(self, trainer, iteration):
+        st, optim = trainer.state, trainer.optim
         if self._bad is None and optim.scaler is None and not grads_finite(trainer.module.parameters()):
             self._bad = "gradient"
         bad, self._bad = self._bad, None

@@ -105,7 +105,7 @@ class TrainValLogger(Hook):
         st = trainer.state
         self._started = True
         self._main = trainer.dist.is_main
-        self._freq = getattr(trainer, "display", None) or self.freq
+        self._freq = trainer.display or self.freq
         self._total = trainer.max_epoch * st.epoch_len
         self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
         self._timer, self._seen = _Timer(), 0
@@ -204,7 +204,7 @@ class TrainValLogger(Hook):
         st = trainer.state
         losses = self._losses if trainer.dist.enabled else loss_values(trainer.outputs)
         lr = trainer.optim.lr() if trainer.optim is not None else None
-        grad_norm = _number(getattr(trainer, "grad_norm", None))
+        grad_norm = _number(trainer.scalars.get("grad_norm"))
         mem = max_memory_mb(trainer.device)
         win, tot = self._timer.averages()
         eta = self._eta(iteration)
