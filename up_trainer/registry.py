@@ -198,4 +198,4 @@ DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tas
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
-LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers"])
+LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])

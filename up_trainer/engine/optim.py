@@ -15,10 +15,15 @@ log = logging.getLogger("up")
 
 
 def optimizer_class(name, path):
+    if name == "LAMB":  # UP's pure-PyTorch LAMB
+        from .lamb import LAMB
+
+        return LAMB
     cls = getattr(torch.optim, name, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         names = sorted(n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
                        and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer")
+        names.append("LAMB")
         raise ConfigError(path, f"unknown optimizer {name!r}", did_you_mean(name, names) or f"known: {', '.join(names)}")
     return cls
 
@@ -30,10 +35,11 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
 
     if "type" not in cfg:
         raise ConfigError(path, "missing 'type' (e.g. SGD, AdamW)")
-    extra = set(cfg) - {"type", "kwargs", "paramwise_cfg", "pconfig"}
+    keys = ["type", "kwargs", "paramwise_cfg", "pconfig", "register_type"]
+    extra = set(cfg) - set(keys)
     if extra:
         key = sorted(extra)[0]
-        raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, ["type", "kwargs", "paramwise_cfg", "pconfig"]))
+        raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, keys))
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
     check_numbers(kwargs, f"{path}.kwargs")
@@ -42,8 +48,20 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if isinstance(pconfig, dict):  # nodecay holds name substrings, not numbers
         check_numbers({k: v for k, v in pconfig.items() if k != "nodecay"}, f"{path}.pconfig")
     check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
-    groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
-                                optimizer_cls=cls, pconfig=cfg.get("pconfig"))
+    register = cfg.get("register_type", "base")
+    if register not in ("base", "yolov5"):
+        raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
+                          "base (groups from pconfig / paramwise_cfg) or yolov5 (YOLOv5's four groups)")
+    if register == "yolov5":
+        from .up_param_groups import yolov5_param_groups
+
+        if cfg.get("pconfig") or cfg.get("paramwise_cfg"):
+            raise ConfigError(f"{path}.register_type", "yolov5 makes its own groups",
+                              "remove pconfig / paramwise_cfg, or use register_type: base")
+        groups = yolov5_param_groups(model, kwargs, f"{path}.kwargs")
+    else:
+        groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
+                                    optimizer_cls=cls, pconfig=cfg.get("pconfig"))
     try:
         return cls(groups, **kwargs)
     except (ValueError, TypeError) as exc:

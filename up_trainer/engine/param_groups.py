@@ -29,9 +29,6 @@ log = logging.getLogger("up")
 MULT_KEYS = ("bias_lr_mult", "bias_decay_mult", "norm_decay_mult", "dwconv_decay_mult", "flat_decay_mult")
 PARAMWISE_KEYS = MULT_KEYS + ("no_decay_norm_bias", "custom_keys", "decay_rate", "decay_type", "num_layers",
                               "bypass_duplicate")
-# UP pconfig keys: module kind -> group kwargs given as absolute values (e.g. {weight_decay: 0}).
-PCONFIG_KEYS = ("bn_w", "bn_b", "ln_w", "ln_b", "conv_b", "conv_dw_w", "conv_dw_b", "conv_dense_w",
-                "conv_dense_b", "linear_w", "linear_b", "nodecay")
 NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm,
               nn.LocalResponseNorm)
 
@@ -55,6 +52,8 @@ def build_param_groups(model, optimizer_kwargs, paramwise_cfg, path, optimizer_c
     if paramwise_cfg and pconfig:
         raise ConfigError(path, "give paramwise_cfg (MMEngine) or pconfig (UP), not both")
     if pconfig:
+        from .up_param_groups import pconfig_settings as _pconfig_settings
+
         settings = _pconfig_settings(model, named, pconfig, path.rsplit(".", 1)[0] + ".pconfig")
     elif paramwise_cfg:
         settings = _paramwise_settings(model, named, paramwise_cfg, base_lr, base_wd, path)
@@ -153,61 +152,6 @@ def _paramwise_settings(model, named, cfg, base_lr, base_wd, path):
             opts["weight_decay"] = base_wd * decay_mult
         out[name] = (opts, "/".join(tags) if opts else "default")
     return out
-
-
-# -- UP pconfig -------------------------------------------------------------------------------
-def _pconfig_settings(model, named, cfg, path):
-    if not isinstance(cfg, dict):
-        raise ConfigError(path, f"expected a mapping, got {type(cfg).__name__}")
-    for key, val in cfg.items():
-        if key not in PCONFIG_KEYS:
-            raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, PCONFIG_KEYS)
-                              or f"known: {', '.join(PCONFIG_KEYS)}")
-        if key == "nodecay":
-            if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
-                raise ConfigError(f"{path}.nodecay", "expected a list of name substrings")
-        elif not isinstance(val, dict) or "params" in val:
-            raise ConfigError(f"{path}.{key}", "expected optimizer group options, e.g. {weight_decay: 0.0}")
-    kinds = {}
-    for mname, m in model.named_modules():
-        prefix = f"{mname}." if mname else ""
-        for attr, _ in m.named_parameters(recurse=False):
-            kind = _up_kind(m, attr, cfg)
-            if kind is not None:
-                kinds[prefix + attr] = kind
-    out = {}
-    for name, _ in named:
-        kind = kinds.get(name)
-        if kind is not None:
-            out[name] = (dict(cfg[kind]), kind)
-        elif any(k in name for k in cfg.get("nodecay", [])):
-            out[name] = ({"weight_decay": 0.0}, "nodecay")
-        else:
-            out[name] = ({}, "default")
-    return out
-
-
-def _up_kind(m, attr, cfg):
-    """UP's classification of a parameter; None when no pconfig key claims it."""
-    suffix = "w" if attr == "weight" else "b" if attr == "bias" else None
-    if suffix is None:
-        kind = None
-    elif isinstance(m, nn.Conv2d):
-        if m.groups == m.in_channels and m.groups > 1 and f"conv_dw_{suffix}" in cfg:
-            kind = f"conv_dw_{suffix}"
-        elif m.groups == 1 and f"conv_dense_{suffix}" in cfg:
-            kind = f"conv_dense_{suffix}"
-        else:
-            kind = "conv_b" if suffix == "b" else None
-    elif isinstance(m, nn.Linear):
-        kind = f"linear_{suffix}"
-    elif isinstance(m, nn.LayerNorm):
-        kind = f"ln_{suffix}"
-    elif isinstance(m, NORM_TYPES):
-        kind = f"bn_{suffix}"
-    else:
-        kind = None
-    return kind if kind in cfg else None
 
 
 # -- layer-wise LR decay -----------------------------------------------------------------------
