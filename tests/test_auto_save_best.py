@@ -7,6 +7,7 @@ import torch
 
 from conftest import tiny_cfg, write_cfg
 from up_trainer.engine.checkpoint import CheckpointStore
+from up_trainer.engine.checkpoint_policy import CheckpointPolicy
 from up_trainer.errors import ConfigError
 from up_trainer.hooks.auto_save_best import AutoSaveBest
 
@@ -20,7 +21,7 @@ def small(**trainer):
 
 def fake_trainer(tmp_path, epoch=1, keys=("top1", "top5")):
     ev = SimpleNamespace(primary_metric=keys[0], metric_keys=lambda: list(keys))
-    return SimpleNamespace(evaluator=ev, state=SimpleNamespace(epoch=epoch), pending_saves=[],
+    return SimpleNamespace(evaluator=ev, state=SimpleNamespace(epoch=epoch), checkpoints=CheckpointPolicy({}),
                            store=CheckpointStore(str(tmp_path)), dist=SimpleNamespace(is_main=True))
 
 
@@ -36,12 +37,12 @@ def test_non_finite_is_never_best(tmp_path, bad):
     hook = new_hook(mode="min")
     hook.before_train(tr)
     hook.after_eval(tr, {"top1": bad})
-    assert hook.best is None and tr.pending_saves == []
+    assert hook.best is None and tr.checkpoints.requested == []
     hook.after_eval(tr, {"top1": 3.0})
-    assert hook.best == 3.0 and tr.pending_saves == ["ckpt_best.pth"]
-    tr.pending_saves.clear()
+    assert hook.best == 3.0 and tr.checkpoints.requested == ["ckpt_best.pth"]
+    tr.checkpoints.requested.clear()
     hook.after_eval(tr, {"top1": bad})
-    assert hook.best == 3.0 and tr.pending_saves == []
+    assert hook.best == 3.0 and tr.checkpoints.requested == []
 
 
 def test_best_survives_resume_and_a_changed_metric_starts_over(tmp_path):
@@ -50,7 +51,7 @@ def test_best_survives_resume_and_a_changed_metric_starts_over(tmp_path):
     hook.load_state_dict({"best": 90.0, "best_epoch": 2, "metric": "top1"})
     hook.before_train(tr)
     hook.after_eval(tr, {"top1": 80.0})  # worse than the resumed best: no ckpt_best
-    assert (hook.best, hook.best_epoch, tr.pending_saves) == (90.0, 2, [])
+    assert (hook.best, hook.best_epoch, tr.checkpoints.requested) == (90.0, 2, [])
     hook.after_eval(tr, {"top1": 95.0})
     assert (hook.best, hook.best_epoch) == (95.0, 4)
     other = new_hook(metric="top5")
@@ -88,15 +89,18 @@ def test_rotation_keeps_newest_and_never_latest_or_best(tmp_path):
     os.link(tmp_path / "ckpt_e1.pth", tmp_path / "ckpt_latest.pth")  # e.g. a resume pointed latest back
     os.link(tmp_path / "ckpt_e2.pth", tmp_path / "ckpt_best.pth")
     touch(tmp_path / "notes.txt")
-    hook = new_hook(max_keep_ckpts=2)
-    removed = hook.rotate(fake_trainer(tmp_path))
+    tr = fake_trainer(tmp_path)
+    new_hook(max_keep_ckpts=2).before_train(tr)  # the hook sets the policy's keep-N
+    removed = tr.checkpoints.rotate(tr.store)
     left = sorted(os.listdir(tmp_path))
     assert left == ["ckpt_best.pth", "ckpt_e1.pth", "ckpt_e1.safetensors", "ckpt_e10.pth", "ckpt_e4.pth",
                     "ckpt_latest.pth", "notes.txt"]
     assert sorted(os.path.basename(p) for p in removed) == ["ckpt_e2-i9.pth", "ckpt_e2.pth", "ckpt_e3.pth",
                                                             "ckpt_e3.safetensors"]
     assert (tmp_path / "ckpt_best.pth").read_bytes() == b"ckpt_e2.pth"  # best is its own name
-    assert new_hook(max_keep_ckpts=-1).rotate(fake_trainer(tmp_path)) == []
+    tr = fake_trainer(tmp_path)
+    new_hook(max_keep_ckpts=-1).before_train(tr)
+    assert tr.checkpoints.rotate(tr.store) == []
 
 
 def test_max_keep_ckpts_end_to_end_with_resume(tmp_path, run_up):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_cfg, write_cfg
+from up_trainer.engine.checkpoint_policy import CheckpointPolicy
 from up_trainer.hooks.base import Hook
 from up_trainer.registry import HOOKS
 
@@ -63,7 +64,7 @@ def test_early_stopping_counts_evaluations_and_min_delta():
     from up_trainer.hooks.early_stopping import EarlyStopping
 
     ev = SimpleNamespace(primary_metric="loss", metric_keys=lambda: ["loss"])
-    tr = SimpleNamespace(evaluator=ev, state=SimpleNamespace(epoch=1), pending_saves=[], stop_training=False)
+    tr = SimpleNamespace(evaluator=ev, state=SimpleNamespace(epoch=1), checkpoints=CheckpointPolicy({}), stop_training=False)
     hook = EarlyStopping(mode="min", patience=2, min_delta=0.1)
     hook.name = "early_stopping"
     hook.before_train(tr)

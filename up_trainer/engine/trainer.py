@@ -1,8 +1,9 @@
 """The epoch loop and event dispatch, nothing else: every feature is a hook.
 
 Order at the end of epoch e: after_epoch(e) -> [evaluate] -> one checkpoint state written
-under every name due (ckpt_e{e}.pth, ckpt_latest.pth, names hooks requested such as
-ckpt_best.pth). Interrupt snapshots come from hooks via :meth:`save_checkpoint`.
+under every name the checkpoint policy says is due (ckpt_e{e}.pth, ckpt_latest.pth, names
+hooks requested such as ckpt_best.pth; see :mod:`.checkpoint_policy`). Interrupt snapshots
+come from hooks via :meth:`save_checkpoint`.
 """
 import logging
 
@@ -11,7 +12,7 @@ import torch
 from ..data.loader import to_device
 from ..errors import TrainingInterrupted
 from . import schedule
-from .checkpoint import LATEST, epoch_name
+from .checkpoint_policy import CheckpointPolicy
 from .rng import rng_state, set_rng_state
 from .scalars import Scalars
 from .state import TrainState
@@ -46,7 +47,7 @@ class Trainer:
         self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
         self.state = TrainState()
         self.state.epoch_len = loaders.epoch_len() if loaders.train_set is not None else 0
-        self.pending_saves = []  # extra checkpoint names hooks asked for at this epoch's end
+        self.checkpoints = CheckpointPolicy(self.trainer_cfg)  # which names are due, which files kept
         self.did_update = False  # whether the last iteration stepped the optimizer
         self.outputs = {}  # last training outputs (losses), for logging hooks
         self.scalars = Scalars()  # what hooks measure for other hooks (grad_norm, ...): see engine/scalars.py
@@ -58,6 +59,11 @@ class Trainer:
     @property
     def module(self):
         return getattr(self.model, "module", self.model)
+
+    @property
+    def pending_saves(self):
+        """Names hooks requested for this epoch's end (prefer ``trainer.checkpoints.request``)."""
+        return self.checkpoints.requested
 
     @property
     def max_epoch(self):
@@ -72,8 +78,10 @@ class Trainer:
             while not (st.epoch_done and st.epoch >= self.max_epoch) and not self.stop_training:
                 if st.epoch_done:
                     st.next_epoch()
+                self._rotate()  # the previous epoch's checkpoint is saved: keep-N may delete older ones
                 if self.train_epoch():
                     self.finish_epoch()
+            self._rotate()
             self.hooks.call("after_train", self)
         except TrainingInterrupted:
             self.store.flush()  # the interrupt snapshot is on disk before the process exits
@@ -83,6 +91,10 @@ class Trainer:
             self._flush_quietly()
             raise
         self.store.flush()
+
+    def _rotate(self):
+        if self.dist.is_main:
+            self.checkpoints.rotate(self.store)
 
     def _flush_quietly(self):
         """Finish a write in flight while another error propagates; that error matters more."""
@@ -133,11 +145,7 @@ class Trainer:
         self.hooks.call("after_epoch", self, st.epoch)
         if self.loaders.test_set is not None and schedule.should_eval(st.epoch, t):
             self.evaluate()
-        names = [epoch_name(st.epoch)] if schedule.should_save(st.epoch, t) else []
-        if schedule.should_save_cur(st.epoch, t):
-            names.append(LATEST)
-        names += [n for n in self.pending_saves if n not in names]
-        self.pending_saves = []
+        names = self.checkpoints.names_due(st.epoch)
         st.epoch_done = True
         if names:
             self.save_checkpoint(names)

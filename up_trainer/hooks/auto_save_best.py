@@ -1,21 +1,14 @@
 """auto_save_best: keep ckpt_best.pth, the full state at the best evaluation so far.
 
 The best value travels in the hook's state (ckpt['hooks']['auto_save_best']), so a resumed
-run keeps comparing against it. NaN/Inf results are never "best". With ``max_keep_ckpts``
-the hook also rotates the numbered checkpoints (ckpt_e{e}.pth and interrupt snapshots
-ckpt_e{e}-i{iter}.pth), oldest first.
-
-Rotation is save-before-delete: it runs when a new checkpoint is already on disk (at the
-start of the next epoch, right after the end-of-epoch save, and at the end of training),
-and counts the files that exist, so a crash can leave one file too many, never one too few.
-ckpt_best.pth and ckpt_latest.pth are other names (hard links) and are never touched, nor is
-the numbered file ckpt_latest.pth currently names.
+run keeps comparing against it. NaN/Inf results are never "best". ``max_keep_ckpts`` sets
+the checkpoint policy's keep-N (the trainer rotates the numbered checkpoints, oldest first:
+:mod:`up_trainer.engine.checkpoint_policy`).
 """
 import logging
 import math
-import os
 
-from ..engine.checkpoint import BEST, LATEST, parse_name
+from ..engine.checkpoint import BEST
 from ..errors import ConfigError
 from ..registry import HOOKS
 from .base import Hook
@@ -66,6 +59,8 @@ class AutoSaveBest(Hook):
         self._loaded_metric = None
 
     def before_train(self, trainer):
+        if self.max_keep_ckpts > 0:
+            trainer.checkpoints.keep = self.max_keep_ckpts
         ev = trainer.evaluator
         if ev is None:
             return
@@ -85,47 +80,10 @@ class AutoSaveBest(Hook):
             return
         self.best, self.best_epoch = value, trainer.state.epoch
         log.info("new best %s=%.4f at epoch %d", self.metric, self.best, self.best_epoch)
-        if BEST not in trainer.pending_saves:
-            trainer.pending_saves.append(BEST)
+        trainer.checkpoints.request(BEST)
 
     def before_save_checkpoint(self, trainer, ckpt):
         ckpt["metric_val"] = self.best
-
-    # -- rotation -----------------------------------------------------------------------------
-    def before_epoch(self, trainer, epoch):
-        self.rotate(trainer)  # the previous epoch's save is complete by now
-
-    def after_train(self, trainer):
-        self.rotate(trainer)
-
-    def rotate(self, trainer):
-        if self.max_keep_ckpts < 0 or not trainer.dist.is_main:
-            return []
-        store = trainer.store
-        store.flush()  # with async_write the newest checkpoint may still be in flight: finish it first
-        numbered = []
-        if os.path.isdir(store.save_dir):
-            for name in os.listdir(store.save_dir):
-                parsed = parse_name(name)
-                if parsed:  # an epoch file sorts after the interrupt snapshots of its epoch
-                    numbered.append(((parsed[0], math.inf if parsed[1] is None else parsed[1]), name))
-        numbered.sort()
-        latest = _inode(store.path(LATEST))
-        removed = []
-        for _, name in numbered[: max(len(numbered) - self.max_keep_ckpts, 0)]:
-            path = store.path(name)
-            if latest is not None and _inode(path) == latest:
-                continue  # what a resume would load; never removed, even when it is not the newest
-            for victim in (path, os.path.splitext(path)[0] + ".safetensors"):
-                try:
-                    os.unlink(victim)
-                except FileNotFoundError:
-                    continue
-                removed.append(victim)
-        if removed:
-            log.info("max_keep_ckpts=%d: removed %s", self.max_keep_ckpts,
-                     ", ".join(os.path.basename(p) for p in removed))
-        return removed
 
     def state_dict(self):
         return {"best": self.best, "best_epoch": self.best_epoch, "metric": self.metric}
@@ -135,10 +93,3 @@ class AutoSaveBest(Hook):
         self.best_epoch = state.get("best_epoch")
         self._loaded_metric = state.get("metric")
 
-
-def _inode(path):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)

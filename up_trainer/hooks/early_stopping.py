@@ -69,8 +69,7 @@ class EarlyStopping(Hook):
                  epoch, self.monitor, self.min_delta, self.wait, self.best, self.best_epoch)
         trainer.stop_training = True
         name = epoch_name(epoch)  # the final state on disk, whatever save_freq says
-        if name not in trainer.pending_saves:
-            trainer.pending_saves.append(name)
+        trainer.checkpoints.request(name)
 
     def state_dict(self):
         return {"best": self.best, "best_epoch": self.best_epoch, "wait": self.wait, "monitor": self.monitor}

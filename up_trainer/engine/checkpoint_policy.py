@@ -1,0 +1,101 @@
+"""Checkpoint policy: under which names a state is saved, and which numbered files are kept.
+
+:class:`~up_trainer.engine.checkpoint.CheckpointStore` writes files; this decides. At the end
+of epoch e (1-based; ``t`` is the trainer section):
+
+- periodic: ``ckpt_e{e}.pth`` if e == max_epoch or (e >= save_start and e % save_freq == 0);
+- latest: ``ckpt_latest.pth`` ("current") if save_cur_start > 0, e >= save_cur_start and
+  e % save_cur_freq == 0. UP's only_save_latest replaces the per-epoch files by
+  ckpt_latest.pth every save_latest_freq epochs and at the last epoch. Every other save
+  points ckpt_latest.pth at itself too (the store does that);
+- best, and any other name a hook asks for this epoch (:meth:`CheckpointPolicy.request`):
+  auto_save_best requests ``ckpt_best.pth`` when the monitored metric improves;
+- keep-N (:meth:`CheckpointPolicy.rotate`, ``keep`` >= 1): only the newest N numbered files
+  (``ckpt_e{e}.pth`` and interrupt snapshots ``ckpt_e{e}-i{iter}.pth``) stay.
+
+Rotation is save-before-delete: the trainer runs it when a new checkpoint is already on disk
+(the start of the next epoch, the end of training) and it counts the files that exist, so a
+crash can leave one file too many, never one too few. ckpt_best.pth and ckpt_latest.pth are
+other names (hard links) and are never touched, nor is the numbered file ckpt_latest.pth
+names (what a resume would load). A numbered file's ``.safetensors`` export goes with it.
+"""
+import logging
+import math
+import os
+
+from .checkpoint import LATEST, epoch_name, parse_name
+
+log = logging.getLogger("up")
+
+
+def should_save(epoch, t):
+    if t.get("only_save_latest"):
+        return False
+    return epoch == t["max_epoch"] or (epoch >= t["save_start"] and epoch % t["save_freq"] == 0)
+
+
+def should_save_cur(epoch, t):
+    if t.get("only_save_latest"):
+        return epoch == t["max_epoch"] or epoch % t["save_latest_freq"] == 0
+    start = t["save_cur_start"]
+    return start > 0 and epoch >= start and epoch % t["save_cur_freq"] == 0
+
+
+class CheckpointPolicy:
+    """The trainer's one checkpoint policy (``trainer.checkpoints``); see the module docstring."""
+
+    def __init__(self, trainer_cfg, keep=-1):
+        self.trainer_cfg = trainer_cfg
+        self.keep = keep  # newest numbered files kept; -1 keeps all (auto_save_best's max_keep_ckpts)
+        self.requested = []  # extra names hooks asked for at this epoch's end
+
+    def request(self, name):
+        """Save this epoch's end state under ``name`` too (e.g. ckpt_best.pth)."""
+        if name not in self.requested:
+            self.requested.append(name)
+
+    def names_due(self, epoch):
+        """Every name the state at the end of ``epoch`` is due under; clears the requests."""
+        t = self.trainer_cfg
+        names = [epoch_name(epoch)] if should_save(epoch, t) else []
+        if should_save_cur(epoch, t):
+            names.append(LATEST)
+        names += [n for n in self.requested if n not in names]
+        self.requested = []
+        return names
+
+    def rotate(self, store):
+        """Keep-N: delete the oldest numbered files beyond ``keep``; returns the removed paths."""
+        if self.keep < 0:
+            return []
+        store.flush()  # with async_write the newest checkpoint may still be in flight: finish it first
+        numbered = []
+        if os.path.isdir(store.save_dir):
+            for name in os.listdir(store.save_dir):
+                parsed = parse_name(name)
+                if parsed:  # an epoch file sorts after the interrupt snapshots of its epoch
+                    numbered.append(((parsed[0], math.inf if parsed[1] is None else parsed[1]), name))
+        numbered.sort()
+        latest = _inode(store.path(LATEST))
+        removed = []
+        for _, name in numbered[: max(len(numbered) - self.keep, 0)]:
+            path = store.path(name)
+            if latest is not None and _inode(path) == latest:
+                continue  # what a resume would load; never removed, even when it is not the newest
+            for victim in (path, os.path.splitext(path)[0] + ".safetensors"):
+                try:
+                    os.unlink(victim)
+                except FileNotFoundError:
+                    continue
+                removed.append(victim)
+        if removed:
+            log.info("max_keep_ckpts=%d: removed %s", self.keep, ", ".join(os.path.basename(p) for p in removed))
+        return removed
+
+
+def _inode(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
