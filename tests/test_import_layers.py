@@ -1,0 +1,156 @@
+"""The import graph of up_trainer: every import, module-level or inside a function, runs down
+the layers or within one, and no module imports itself back through others.
+
+Layers, lowest first. A module may import its own layer and the ones below, never above:
+
+0. errors                       what a user did wrong, as exceptions
+1. registry, config, exits      names -> builders; YAML -> validated dict; the exit-code policy
+2. weights, render, data, memckpt, writers, plot
+                                tools with no notion of a training run
+3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
+4. engine                       trainer, hook dispatch, checkpoints, optimization, the builder
+5. hooks                        every feature of a run, on top of the engine's events
+6. run, predict, flops          what the commands do
+7. cli, __main__                the `up` command
+"""
+import ast
+import os
+
+from conftest import REPO
+
+PACKAGE = "up_trainer"
+LAYERS = [
+    ["errors", ""],  # "" is the package itself (its __init__: the version)
+    ["registry", "config", "exits"],
+    ["weights", "render", "data", "memckpt", "writers", "plot"],
+    ["tasks"],
+    ["engine"],
+    ["hooks"],
+    ["run", "predict", "flops"],
+    ["cli", "__main__"],
+]
+
+
+def modules(root):
+    """{dotted name: file} of every module of the package under ``root``."""
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(root, PACKAGE)):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                name = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+                out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
+    return out
+
+
+def imports_of(name, path, known):
+    """Package modules ``name`` imports anywhere in its file (function bodies included)."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    here = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == PACKAGE)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != PACKAGE:
+                continue
+            for alias in node.names:  # `from . import schedule` names a module, not an attribute
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in known else target)
+    return {m for m in found if m != name}
+
+
+def layer_of(module):
+    top = module.split(".")[1] if "." in module else ""
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module} is in no layer: add its top-level name to LAYERS in this test")
+
+
+def import_graph(root):
+    known = modules(root)
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def upward_imports(graph):
+    return sorted(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+                  for a, deps in graph.items() for b in deps if layer_of(b) > layer_of(a))
+
+
+def cycles(graph):
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_layer():
+    for name in modules(REPO):
+        layer_of(name)
+
+
+def test_no_import_runs_upward():
+    assert upward_imports(import_graph(REPO)) == []
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph(REPO)) == []
+
+
+def test_the_checks_see_function_local_imports(tmp_path):
+    """The checks themselves: a deferred upward import and a circle are both caught."""
+    pkg = tmp_path / PACKAGE
+    (pkg / "engine").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "engine" / "a.py").write_text("def f():\n    from ..cli import main\n")
+    (pkg / "cli.py").write_text("from .run import go\n")
+    (pkg / "run.py").write_text("def go():\n    from .engine import a\n")
+    graph = import_graph(str(tmp_path))
+    assert upward_imports(graph) == [f"{PACKAGE}.engine.a (layer 4) imports {PACKAGE}.cli (layer 7)"]
+    assert cycles(graph) == [[f"{PACKAGE}.cli", f"{PACKAGE}.engine.a", f"{PACKAGE}.run"]]
+
+
+def test_old_import_paths_still_resolve():
+    """Plugins and scripts written against the paths before the moves keep working."""
+    from up_trainer.cli import run_safely
+    from up_trainer.engine import checkpoint, hooks, schedule
+    from up_trainer.exits import run_safely as policy
+    from up_trainer.hooks.base import Hook, HookList
+    from up_trainer.weights import load_weights
+
+    assert (Hook, HookList) == (hooks.Hook, hooks.HookList)
+    assert run_safely is policy and checkpoint.load_weights is load_weights
+    assert schedule.should_save(3, {"max_epoch": 3})
