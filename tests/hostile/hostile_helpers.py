@@ -60,3 +60,20 @@ def copy_run(trained_run, dest):
     work, _ = trained_run
     shutil.copytree(work / "checkpoints", dest / "checkpoints")
     return dest / "checkpoints"
+
+
+def seed_checkpoint(save_dir):
+    """A checkpoint an earlier run left (a stand-in): whatever the attack, it stays as it is.
+    Returns the fingerprint to compare with afterwards."""
+    import torch
+
+    os.makedirs(save_dir, exist_ok=True)
+    torch.save({"model": {"w": torch.arange(4.0)}, "epoch": 1}, os.path.join(save_dir, "ckpt_e1.pth"))
+    return fingerprint(save_dir)
+
+
+class ProcResult:
+    """A finished subprocess seen like the in-process CLI result, for assert_one_line."""
+
+    def __init__(self, returncode, stdout, stderr):
+        self.exit_code, self.stdout, self.stderr, self.exception = returncode, stdout or "", stderr or "", None

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from conftest import invoke, tiny_cfg, write_cfg
-from expect import assert_one_line, fingerprint, seed_checkpoint
+from conftest import invoke
+from hostile_helpers import assert_one_line, fingerprint, seed_checkpoint, tiny_cfg
+from hostile_helpers import write_yaml as write_cfg
 
 LEVELS = "abcdefghi"
 
