@@ -72,3 +72,30 @@ class TestFault(Hook):
         if iteration in self.nan_at and (self.always or (id(self), iteration) not in _fired):
             _fired.add((id(self), iteration))
             outputs["loss"] = outputs["loss"] * torch.tensor(float("nan"))
+
+
+@HOOKS.register("test_worker_death")
+class TestWorkerDeath(Hook):
+    """Test only: at iteration `at`, queue a SIGTERM to this process, then SIGKILL its
+    DataLoader workers and wait for the main process to notice (it raises from its SIGCHLD
+    handler): a worker dying while a stop request is pending."""
+
+    priority = "HIGH"  # before auto_checkpoint acts on the boundary
+
+    def __init__(self, at: int = 1):
+        super().__init__()
+        self.at = at
+
+    def after_update(self, trainer, iteration):
+        if iteration != self.at:
+            return
+        os.kill(os.getpid(), signal.SIGTERM)
+        children = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                children.update(int(p) for p in f.read().split())
+        assert children, "no DataLoader workers to kill"
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(30)  # the SIGCHLD handler raises in here
+        raise AssertionError("the dead workers went unnoticed")

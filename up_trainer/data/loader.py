@@ -6,6 +6,7 @@ uninterrupted run or after a mid-epoch resume. The global RNG state is restored 
 batch, so data loading never shifts the model's random stream.
 """
 import math
+import signal
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
@@ -47,6 +48,19 @@ class SeededDataset(Dataset):
         return self._seeded(indices[0], lambda: [self.dataset[i] for i in indices])
 
 
+def ignore_stop_signals(worker_id):
+    """DataLoader ``worker_init_fn``: workers ignore SIGTERM and SIGINT.
+
+    SLURM preemption, ``scancel`` and a terminal's Ctrl-C signal the whole process group. The
+    main process decides what a stop means (snapshot at the next boundary, exit 143/130);
+    a worker that died of the same signal would instead make the main process fail with
+    "DataLoader worker killed" before it gets there. Workers still end with the main process:
+    it shuts them down, and each watches its parent.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def collate_fn_of(dataset):
     return getattr(dataset, "collate_fn", None) or default_collate
 
@@ -71,7 +85,8 @@ class LoaderFactory:
 
     def _common(self):
         nw = self.cfg["num_workers"]
-        return dict(num_workers=nw, pin_memory=self.cfg["pin_memory"], persistent_workers=False)
+        return dict(num_workers=nw, pin_memory=self.cfg["pin_memory"], persistent_workers=False,
+                    worker_init_fn=ignore_stop_signals if nw else None)
 
     def epoch_len(self):
         sampler = ResumableSampler(len(self._seeded), rank=self.rank, world_size=self.world_size)

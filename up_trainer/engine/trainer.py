@@ -55,6 +55,7 @@ class Trainer:
         self.last_results = None  # the evaluator's raw per-sample results of the latest evaluate()
         self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
         self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it
+        self.interrupted = None  # set by on_exception hooks: the TrainingInterrupted to end with instead
 
     @property
     def module(self):
@@ -89,6 +90,8 @@ class Trainer:
         except BaseException as exc:
             self.hooks.call("on_exception", self, exc)
             self._flush_quietly()
+            if self.interrupted is not None:  # a hook traced the failure to a stop request
+                raise self.interrupted from exc
             raise
         self.store.flush()
 

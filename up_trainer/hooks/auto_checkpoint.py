@@ -151,17 +151,39 @@ class AutoCheckpoint(Hook):
 
     def on_exception(self, trainer, exc):
         self._restore_handlers()
-        if not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt) or not self._consistent:
+        # A stop request queued when training failed: most likely the failure came from the same
+        # signal (a DataLoader worker that died of the process group's SIGTERM before it could
+        # ignore it). The run ends the way the stop asks: snapshot, requeue, exit 143/130.
+        stop = _BY_SEVERITY.get(max((_SEVERITY[n] for n in self._queue), default=0))
+        stop = stop if stop in EXIT_CODES and not isinstance(exc, KeyboardInterrupt) else None
+        if stop is None and (not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt)):
             return
-        if self._saved_iter == trainer.state.iter or not trainer.dist.is_main:
-            return  # nothing new since the last checkpoint / only rank 0 writes
+        written = self._exception_snapshot(trainer, exc)
+        if stop is None:
+            return
+        if self.requeue and stop in _REQUEUE_ON and trainer.dist.is_main:
+            trainer.store.flush()
+            requeue_slurm_job()
+        what = "snapshot written" if written else "latest checkpoint kept"
+        cause = (str(exc).strip().splitlines() or [""])[0][:200]
+        trainer.interrupted = TrainingInterrupted(
+            EXIT_CODES[stop], f"{stop} received; {what}, exiting ({type(exc).__name__} on the way: {cause})")
+
+    def _exception_snapshot(self, trainer, exc):
+        """Rank 0 writes the state of the last completed update, when it is one; True if written."""
+        if not self._consistent or not trainer.dist.is_main:
+            return False  # mid accumulation group: no consistent state / only rank 0 writes
+        if self._saved_iter == trainer.state.iter:
+            return True  # nothing new since the last checkpoint
         try:
             # No barrier: the other ranks may not be here. Rank 0 writes on its own.
             name = interrupt_name(trainer.state.epoch, trainer.state.iter)
             log.error("exception %s: writing %s", type(exc).__name__, name)
             trainer.store.save(trainer.checkpoint_dict(), [name])
+            return True
         except Exception as save_exc:  # the original exception matters more
             log.error("could not write the exception snapshot: %s", save_exc)
+            return False
 
     # -- acting at a boundary ---------------------------------------------------------------
     def _boundary(self, trainer):

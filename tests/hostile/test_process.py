@@ -1,0 +1,99 @@
+"""Real processes against each other: the scheduler's SIGTERM to the whole process group with
+DataLoader workers running, and two `up train` on one run dir."""
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import torch
+
+from conftest import REPO, invoke
+from hostile_helpers import ProcResult, assert_one_line, fingerprint, tiny_cfg, write_yaml
+
+TESTS = os.path.join(REPO, "tests")
+
+
+def cfg_file(tmp_path, name, hooks=(), max_epoch=1, **sections):
+    """hostile_helpers' tiny run (2 iterations per epoch) with the test hooks importable."""
+    cfg = tiny_cfg(**sections)
+    cfg["trainer"]["max_epoch"] = max_epoch
+    cfg["runtime"] = {**cfg["runtime"], "num_threads": 1, "imports": ["optim_helpers", "ctrl_plugin"]}
+    cfg["hooks"] = list(hooks)
+    return write_yaml(tmp_path / f"{name}.yaml", cfg)
+
+
+def start(cfg, work_dir, env=None):
+    """`up train` in a session of its own: its pid is its process group, as under srun."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), **(env or {}))
+    cmd = [sys.executable, "-m", "up_trainer", "train", "--config", cfg, "--work-dir", str(work_dir)]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_file(path, proc, timeout=120):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"exited {proc.returncode} before {path}:\n{out[-3000:]}\n{err[-3000:]}")
+        assert time.time() < deadline, f"timed out waiting for {path}"
+        time.sleep(0.05)
+
+
+def fake_scontrol(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.log"
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(bin_dir), calls
+
+
+def test_sigterm_to_the_process_group_with_two_workers_exits_143_and_requeues(tmp_path):
+    """srun/scancel signal every process of the job: the DataLoader workers too. They must
+    leave the decision to the main process: snapshot, requeue, exit 143."""
+    bin_dir, calls = fake_scontrol(tmp_path)
+    marker = tmp_path / "gate"
+    cfg = cfg_file(tmp_path, "workers", max_epoch=2,
+                   hooks=[{"type": "auto_checkpoint", "kwargs": {"requeue": True}},
+                          {"type": "test_gate", "kwargs": {"at": [1], "marker": str(marker)}}],
+                   dataset={"num_workers": 2})
+    proc = start(cfg, tmp_path / "run", env={"PATH": bin_dir + os.pathsep + os.environ["PATH"],
+                                             "SLURM_JOB_ID": "4242"})
+    wait_file(f"{marker}.i1", proc)  # iteration 1 done; the workers are prefetching epoch 1
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (out[-3000:], err[-3000:])
+    assert "Traceback" not in err and "killed by signal" not in out + err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "up: SIGTERM received; snapshot written, exiting"
+    ckpts = tmp_path / "run" / "checkpoints"
+    snap = torch.load(ckpts / "ckpt_e1-i1.pth", map_location="cpu", weights_only=True)
+    assert (snap["iter"], snap["state"]["epoch_iter"]) == (1, 1)
+    assert os.path.samefile(ckpts / "ckpt_latest.pth", ckpts / "ckpt_e1-i1.pth")
+    assert calls.read_text() == "requeue 4242\n"
+
+
+def test_worker_death_while_a_sigterm_is_pending_still_exits_143(tmp_path):
+    """A worker dies (here SIGKILL) after the stop request and before the boundary that would
+    act on it: the failure must not mask the interrupt: snapshot, requeue, exit 143."""
+    bin_dir, calls = fake_scontrol(tmp_path)
+    cfg = cfg_file(tmp_path, "death", max_epoch=2,
+                   hooks=[{"type": "auto_checkpoint", "kwargs": {"requeue": True, "on_exception": False}},
+                          {"type": "test_worker_death", "kwargs": {"at": 1}}],
+                   dataset={"num_workers": 2})
+    proc = start(cfg, tmp_path / "run", env={"PATH": bin_dir + os.pathsep + os.environ["PATH"],
+                                             "SLURM_JOB_ID": "77"})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (out[-3000:], err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("up: SIGTERM received; snapshot written, exiting (RuntimeError on the way: "
+                           "DataLoader worker (pid"), last
+    ckpts = tmp_path / "run" / "checkpoints"
+    snap = torch.load(ckpts / "ckpt_e1-i1.pth", map_location="cpu", weights_only=True)
+    assert snap["iter"] == 1
+    assert calls.read_text() == "requeue 77\n"
