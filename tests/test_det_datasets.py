@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from up_trainer.cli import main
 from up_trainer.errors import ConfigError, DataError
 from up_trainer.registry import DATASETS
-from up_trainer.tasks.det.datasets import CocoDetection, CustomDetection, DigitsDetection
+from up_trainer.tasks.det.datasets import CocoDetection, CustomDetection
+from up_trainer.tasks.det.digits_det import DigitsDetection
 from up_trainer.tasks.det.export import export_digits_coco
 
 SCENE = dict(canvas_size=48, digits_per_image=[1, 3], scale_range=[10, 18])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from up_trainer.registry import EVALUATORS
-from up_trainer.tasks.det.datasets import DigitsDetection
+from up_trainer.tasks.det.digits_det import DigitsDetection
 
 GT = {1: ([[10, 10, 30, 30], [40, 8, 60, 40]], [1, 2]), 2: ([[5, 5, 25, 45]], [2])}
 CAT_IDS = [11, 22]  # non-contiguous dataset ids: labels 1, 2 map to 11, 22

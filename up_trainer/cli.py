@@ -136,7 +136,18 @@ def config_cmd(ctx, config_path, opts):
     import yaml
 
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    click.echo(origin_header(cfg), nl=False)
     click.echo(yaml.safe_dump(cfg, sort_keys=False), nl=False)
+
+
+def origin_header(cfg):
+    """Comment lines naming the dialect and every UP default applied (also in ``origin``)."""
+    origin = cfg.get("origin") or {}
+    if not origin:
+        return ""
+    lines = [f"# {origin.get('form', 'native')} form: {origin.get('file', '')}".rstrip()]
+    lines += [f"#   {note}" for note in origin.get("notes", [])]
+    return "\n".join(lines) + "\n"
 
 
 @main.command("hooks")

@@ -194,8 +194,11 @@ def check_kwargs(obj, kwargs, path, provided=()):
 
 HOOKS = Registry("hook", ["up_trainer.hooks"])
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models"])
-DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets"])
+DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
+                                "up_trainer.tasks.det.digits_det"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
+BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])
+IMAGE_READERS = Registry("image reader", ["up_trainer.data.readers"])

@@ -4,6 +4,7 @@ from .loader import load_file, parse_yaml
 from .opts import apply_opts, parse_opt
 from .shortcuts import listed_hook_types, shortcuts_to_hooks
 from .schema import validate
+from .up_form import translate
 
 # Hooks every run gets unless the YAML lists one of the same type or switches it off with
 # ``default_hooks: {logger: null}`` (MMEngine style). Replacing the entry replaces the config.
@@ -48,6 +49,7 @@ def resolve_config(path, opts=()):
     apply_opts(cfg, early)
     add_default_hooks(cfg)
     apply_opts(cfg, [o for o in opts if o not in early])
+    translate(cfg, path)  # UP's dialect -> native structures (config/up_form.py)
     shortcuts_to_hooks(cfg)  # ema section / trainer.clip_grad -> hooks (config/shortcuts.py)
     return validate(cfg)
 

@@ -4,6 +4,7 @@ import os
 import yaml
 
 from ..errors import ConfigError
+from .anchors import anchor_only_keys
 
 # Limits far above any real config (UP's largest is a few KB, nested < 15 deep), low enough
 # that a hostile file fails at once: /dev/zero as a config, an alias bomb (a few lines that
@@ -116,6 +117,17 @@ def read_yaml_file(path, what="config file"):
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(path, f"the top level must be a mapping of sections, got {type(data).__name__}")
+    return drop_anchor_holders(data, text)
+
+
+def drop_anchor_holders(data, text):
+    """Remove top-level keys that only hold an anchor aliased elsewhere (UP's ``num_classes:
+    &num_classes 1000``); their values already live where the aliases are (config/anchors.py)."""
+    from .schema import SECTIONS
+
+    for key in anchor_only_keys(text):
+        if key not in SECTIONS and key != "_base_":
+            data.pop(key, None)
     return data
 
 

@@ -50,6 +50,14 @@ SCHEMAS = {
         "find_unused_parameters": Field(bool, False, "DDP find_unused_parameters"),
         "sync_bn": Field(bool, False, "convert BatchNorm to SyncBatchNorm under DDP"),
         "dist_timeout": Field((int, float), 1800, "seconds a rank waits for the others before failing", minimum=1),
+        "rank_init": Field(bool, True, "seed each process's random streams with seed + rank (UP form default: "
+                                       "false, every rank alike, as UP)"),
+        "special_bn_init": Field(bool, False, "UP: every BatchNorm gets eps 1e-3 and momentum 0.03 after building"),
+        "async_norm": Field(bool, False, "UP: average BatchNorm statistics over ranks before each evaluation "
+                                         "(adds a sync_buffers hook with mode mean)"),
+        "aligned": Field(bool, False, "UP's +1 pixel box width convention: accepted and recorded, not applied"),
+        "task_names": Field((str, list, type(None)), None, "UP: cls or det; recorded (the task follows from the "
+                                                         "net and dataset types)"),
     },
     "trainer": {
         "max_epoch": Field(int, REQUIRED, "number of epochs (1-based, inclusive)", minimum=1),
@@ -85,13 +93,20 @@ SCHEMAS = {
         "pin_memory": Field(bool, False, "DataLoader pin_memory"),
         "drop_last": Field(bool, False, "drop the last incomplete training batch"),
         "evaluator": Field((dict, type(None)), None, "{type, kwargs}; default from the task (imagenet / COCO)"),
-        "batch_sampler": Field(dict, {}, "UP form: {kwargs: {batch_size}}"),
-        "dataloader": Field(dict, {}, "UP form: {kwargs: {num_workers, pin_memory}}"),
+        "fix_seed": Field(bool, False, "the same shuffled training order every epoch (UP's dist sampler fix_seed)"),
+        "aspect_ratio_groups": Field((list, type(None)), None, "training batches hold images of one aspect-ratio "
+                                     "group; boundaries on height/width (UP's aspect_grouping, e.g. [1])"),
+        "alignment": Field(int, 1, "pad the images of a batch right/bottom to one size, a multiple of this "
+                                   "(UP's dataloader alignment)", minimum=1),
+        "pad_value": Field((int, float), 0, "value of that padding (UP's pad_value)"),
+        "batch_fn": Field((dict, type(None)), None, "{type: batch_mixup|batch_cutmixup, kwargs}: mixes each "
+                                                    "training batch (UP's cls_base batch_fn)"),
     },
 }
 
 # Sections whose inner structure is checked by the builders that consume them.
-FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict}
+FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict,
+                 "origin": dict}  # origin: written by the UP translation (config/up_form.py)
 SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
 
 
@@ -153,26 +168,15 @@ def validate(cfg):
 
 
 def _normalize_dataset(ds):
-    """Fold UP's nested forms into the flat keys so one code path reads them."""
+    """UP's split and loader forms were translated before validation (config/up_dataset.py)."""
     for split in ("train", "test"):
         entry = ds.get(split)
         if isinstance(entry, dict) and "dataset" in entry and "type" not in entry:
-            extra = set(entry) - {"dataset"}
-            if extra:
-                key = sorted(extra)[0]
-                raise ConfigError(f"dataset.{split}.{key}", "unknown key", "UP form is {dataset: {type, kwargs}}")
-            ds[split] = entry["dataset"]
-    for key in ("batch_sampler", "dataloader"):
-        section = ds.pop(key) or {}
-        kwargs = section.get("kwargs", {}) if isinstance(section, dict) else {}
-        allowed = {"batch_sampler": {"batch_size", "sampler"},
-                   "dataloader": {"num_workers", "pin_memory"}}[key]
-        for k, v in (kwargs or {}).items():
-            if k not in allowed:
-                raise ConfigError(f"dataset.{key}.kwargs.{k}", "unknown key", did_you_mean(k, allowed))
-            if k != "sampler":
-                SCHEMAS["dataset"][k].check(v, f"dataset.{key}.kwargs.{k}")
-                ds[k] = v
+            raise ConfigError(f"dataset.{split}", "UP's {dataset: {type, kwargs}} form is read by resolve_config")
+    groups = ds["aspect_ratio_groups"]
+    if groups is not None and (not groups or not all(isinstance(g, (int, float)) and not isinstance(g, bool)
+                                                     and g > 0 for g in groups)):
+        raise ConfigError("dataset.aspect_ratio_groups", f"expected a list of positive ratios, got {groups!r}")
     if ds["train"] is None and ds["test"] is None:
         raise ConfigError("dataset", "needs at least one of train / test")
 

@@ -2,6 +2,7 @@
 
 - UP's top-level ``ema: {enable, ema_type, kwargs: {decay, warmup}}`` -> an ``ema`` hook
 - ``trainer.clip_grad: {max_norm, norm_type, ...}`` (MMEngine habit) -> a ``grad_clipper`` hook
+- UP's ``runtime.async_norm: true`` -> a ``sync_buffers`` hook with ``mode: mean``
 
 Runs after --opts, so ``--opts ema.enable=false`` or ``trainer.clip_grad.max_norm=5`` work.
 No torch import here: ``up config`` stays fast.
@@ -53,4 +54,7 @@ def shortcuts_to_hooks(cfg):
             raise ConfigError("trainer.clip_grad", "clipping is configured twice (clip_grad and a grad_clipper "
                               "hook)", "keep one")
         hooks.append({"type": "grad_clipper", "kwargs": dict(clip)})
+    runtime = cfg.get("runtime")
+    if isinstance(runtime, dict) and runtime.get("async_norm") is True and "sync_buffers" not in listed:
+        hooks.append({"type": "sync_buffers", "kwargs": {"mode": "mean"}})
     return cfg

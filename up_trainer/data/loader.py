@@ -11,6 +11,7 @@ import signal
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 
+from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .sampler import ResumableSampler
 
 
@@ -77,11 +78,18 @@ class LoaderFactory:
         self.world_size = world_size
         self._seeded = SeededDataset(train_set, seed) if train_set is not None else None
         self.on_train_loader = None  # called with the epoch before its loader is built (reload hook)
+        self.batch_fn = build_batch_fn(ds_cfg.get("batch_fn")) if train_set is not None else None
+        self._aspect_ratios = None
+        if train_set is not None and ds_cfg.get("aspect_ratio_groups"):
+            self._aspect_ratios = aspect_ratios_of(train_set)
 
     def set_train_set(self, train_set, indices=None):
         """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples."""
         self.train_set = train_set
         self._seeded = SeededDataset(train_set if indices is None else Subset(train_set, list(indices)), self.seed)
+        if self._aspect_ratios is not None:
+            ratios = aspect_ratios_of(train_set)
+            self._aspect_ratios = ratios if indices is None else [ratios[i] for i in indices]
 
     def _common(self):
         nw = self.cfg["num_workers"]
@@ -94,24 +102,42 @@ class LoaderFactory:
         bs = self.cfg["batch_size"]
         return n // bs if self.cfg["drop_last"] else math.ceil(n / bs)
 
+    def _collate(self, dataset):
+        collate = collate_fn_of(dataset)
+        if self.cfg.get("alignment", 1) > 1:
+            collate = PadCollate(collate, self.cfg["alignment"], self.cfg.get("pad_value", 0))
+        return collate
+
     def train_loader(self, epoch, start_batch=0):
         if self.on_train_loader is not None:
             self.on_train_loader(epoch)
         sampler = ResumableSampler(len(self._seeded), shuffle=True, seed=self.seed,
                                    rank=self.rank, world_size=self.world_size)
-        sampler.set_epoch(epoch, start_batch * self.cfg["batch_size"])
+        # fix_seed (UP): every epoch walks the order of epoch 0; augmentation still varies by epoch.
+        order_epoch = 0 if self.cfg.get("fix_seed") else epoch
         self._seeded.epoch = epoch
+        collate = self._collate(self.train_set)
+        if self.batch_fn is not None:
+            collate = MixCollate(collate, self.batch_fn, self._seeded)
         # An explicit generator keeps DataLoader from drawing its base seed from the global RNG.
         gen = torch.Generator().manual_seed(self.seed + epoch)
-        return DataLoader(self._seeded, batch_size=self.cfg["batch_size"], sampler=sampler,
-                          drop_last=self.cfg["drop_last"], collate_fn=collate_fn_of(self.train_set),
-                          generator=gen, **self._common())
+        bs = self.cfg["batch_size"]
+        if self._aspect_ratios is not None:
+            sampler.set_epoch(order_epoch)
+            batches = AspectRatioBatchSampler(sampler, self._aspect_ratios, self.cfg["aspect_ratio_groups"], bs,
+                                              self.cfg["drop_last"])
+            batches.start_batch = start_batch
+            return DataLoader(self._seeded, batch_sampler=batches, collate_fn=collate, generator=gen,
+                              **self._common())
+        sampler.set_epoch(order_epoch, start_batch * bs)
+        return DataLoader(self._seeded, batch_size=bs, sampler=sampler, drop_last=self.cfg["drop_last"],
+                          collate_fn=collate, generator=gen, **self._common())
 
     def test_loader(self):
         sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
                                    world_size=self.world_size, pad=False)
         bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
-        return DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=collate_fn_of(self.test_set),
+        return DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
                           generator=torch.Generator().manual_seed(self.seed), **self._common())
 
 

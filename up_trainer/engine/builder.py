@@ -101,7 +101,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
     dist = DistInfo()
-    seed_everything(rt["seed"] + dist.rank)
+    rank_seed = rt["seed"] + (dist.rank if rt["rank_init"] else 0)
+    seed_everything(rank_seed)
     device = pick_device(device, rt)
     hooks = build_hooks(cfg["hooks"])  # first: a hook typo fails before any slow work
 
@@ -113,7 +114,10 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size)
 
     seed_everything(rt["seed"])  # identical initial weights on every rank
-    model = build_model(cfg["net"]).to(device)
+    model = build_model(cfg["net"])
+    if rt["special_bn_init"]:
+        special_bn_init(model)
+    model = model.to(device)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
     optim = None
     if with_optim and train_set is not None:
@@ -123,7 +127,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         raise ConfigError("dataset.train", "training needs a train dataset")
     if dist.enabled:
         model = wrap_ddp(model, device, rt)
-    seed_everything(rt["seed"] + dist.rank)
+    seed_everything(rank_seed)
     save_dir = resolve_path(cfg["saver"]["save_dir"], work_dir)
     trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, evaluator=evaluator, hooks=hooks,
                       store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
@@ -148,6 +152,13 @@ def check_class_count(model, net_cfg, datasets):
         if held < predicted:
             log.warning("%s: the net predicts %d classes, %s has %d (the extra outputs never see a label)",
                         key, predicted, path, held)
+
+
+def special_bn_init(model):
+    """UP's runtime.special_bn_init: every BatchNorm gets eps 1e-3 and momentum 0.03."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.eps, m.momentum = 1e-3, 0.03
 
 
 def wrap_ddp(model, device, rt):

@@ -6,7 +6,9 @@ Datasets hand transforms a float CxHxW tensor in [0, 1]; every random choice com
 torch's global RNG, which the data loader seeds per sample.
 """
 import inspect
+from typing import Optional
 
+import torch
 from torchvision.transforms import v2
 
 from ..errors import ConfigError, did_you_mean, join_path
@@ -14,11 +16,12 @@ from ..registry import TRANSFORMS, check_kwargs
 
 
 class ToTensor:
-    """UP's ``to_tensor``. Our datasets already yield float tensors, so this is a no-op that
-    exists only so UP pipelines (``[..., to_tensor, normalize]``) load unchanged."""
+    """UP's ``to_tensor``. Our datasets already yield float tensors in [0, 1] (what UP's
+    to_tensor makes of a decoded image), so this passes its inputs through; it exists so UP
+    pipelines (``[..., to_tensor, normalize]``) load unchanged, for images or (image, target)."""
 
-    def __call__(self, image):
-        return image
+    def __call__(self, *inputs):
+        return inputs[0] if len(inputs) == 1 else inputs
 
     def __repr__(self):
         return "ToTensor()"
@@ -35,6 +38,70 @@ for _name, _cls in {
     "normalize": v2.Normalize,
 }.items():
     TRANSFORMS.register(_name)(_cls)
+
+
+def _as_uint8(op, image):
+    """Run a uint8-only v2 op (posterize, equalize...) on a float [0, 1] image."""
+    if image.dtype == torch.uint8:
+        return op(image)
+    out = op((image.clamp(0, 1) * 255).round().to(torch.uint8))
+    return out.float().div_(255.0)
+
+
+@TRANSFORMS.register("torch_auto_augmentation")
+class AutoAugmentImageNet:
+    """UP's ``torch_auto_augmentation``: the ImageNet AutoAugment policy (24 sub-policies, fill
+    128), as torchvision v2.AutoAugment. UP's class takes ``size`` and ``scale`` and ignores
+    them; so does this one."""
+
+    def __init__(self, size: Optional[object] = None, scale: Optional[object] = None):
+        self.op = v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, fill=128)
+
+    def __call__(self, image):
+        return _as_uint8(self.op, image)
+
+    def __repr__(self):
+        return "AutoAugmentImageNet()"
+
+
+@TRANSFORMS.register("torch_random_augmentation")
+@TRANSFORMS.register("torch_random_augmentationIncre")
+class RandAugmentUP:
+    """UP's ``torch_random_augmentation`` / ``...Incre`` {n, m, magnitude_std} as torchvision
+    v2.RandAugment(num_ops=n, magnitude=m, 11 bins). Deviation (README, Coming from UP): UP skips
+    each chosen op with probability 0.5 and draws the magnitude from N(m, magnitude_std)."""
+
+    def __init__(self, n: int = 2, m: int = 9, magnitude_std: float = 0.0):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError("n", f"expected an integer >= 1, got {n!r}")
+        if not 0 <= m <= 10:
+            raise ConfigError("m", f"expected a magnitude in [0, 10], got {m!r}")
+        self.op = v2.RandAugment(num_ops=n, magnitude=int(round(m)), num_magnitude_bins=11)
+
+    def __call__(self, image):
+        return _as_uint8(self.op, image)
+
+    def __repr__(self):
+        return f"RandAugmentUP({self.op.num_ops}, {self.op.magnitude})"
+
+
+@TRANSFORMS.register("torch_randerase")
+class RandomErasingUP(v2.RandomErasing):
+    """UP's ``torch_randerase`` {probability, min_area, max_area, min_aspect, max_aspect, mode}:
+    erase one rectangle with per-pixel normal noise (mode pixel, UP's default) or zeros (const),
+    as torchvision v2.RandomErasing. Placed after normalize, as UP places it."""
+
+    MODES = ("pixel", "const")
+
+    def __init__(self, probability: float = 0.5, min_area: float = 0.02, max_area: float = 1 / 3,
+                 min_aspect: float = 0.3, max_aspect: Optional[float] = None, mode: str = "pixel",
+                 min_count: int = 1, max_count: Optional[int] = None):
+        if mode not in self.MODES:
+            raise ConfigError("mode", f"{mode!r} is not mapped", f"use one of {', '.join(self.MODES)}")
+        if min_count != 1 or max_count not in (None, 1):
+            raise ConfigError("max_count", "erasing several blocks per image is not mapped", "use 1")
+        super().__init__(p=probability, scale=(min_area, max_area),
+                         ratio=(min_aspect, max_aspect or 1 / min_aspect), value="random" if mode == "pixel" else 0)
 
 
 def torchvision_names():

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from ...data.readers import FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError, did_you_mean
 from ...registry import DATASETS
 from ..transforms import build_transforms
@@ -227,8 +228,9 @@ def _parse_text_line(line, where):
 class ClsMetaDataset(ClsDatasetBase):
     """UP's ``cls`` dataset: a meta file of ``relative/path label`` lines (meta_type imagenet)
     or of JSON records ``{"filename", "label"}`` (custom_cls; .json/.jsonl or lines starting
-    with ``{``). Images are ``image_dir/filename``. UP's ``image_reader: {type, kwargs:
-    {image_dir, color_mode}}`` is accepted too. check_files: stat every image up front, so a
+    with ``{``). Images are ``image_dir/filename``. UP's ``image_reader: {type: fs_pillow|fs_opencv,
+    kwargs: {image_dir, color_mode}}`` (data/readers.py) may replace image_dir and color_mode.
+    check_files: stat every image up front, so a
     missing file fails before training instead of mid-epoch."""
 
     META_TYPES = ("imagenet", "custom_cls")
@@ -238,23 +240,19 @@ class ClsMetaDataset(ClsDatasetBase):
                  meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
                  classes: Optional[list] = None, num_classes: Optional[int] = None,
                  check_files: bool = True):
-        if image_reader:
-            for key, value in (image_reader.get("kwargs") or {}).items():
-                if key == "image_dir":
-                    image_dir = image_dir or value
-                elif key == "color_mode":
-                    color_mode = value
-                else:
-                    raise ConfigError(f"image_reader.kwargs.{key}", "unknown key",
-                                      did_you_mean(key, ["image_dir", "color_mode"]))
-        _check_color_mode(color_mode)
+        if image_reader is not None:
+            if image_dir:
+                raise ConfigError("image_dir", "give image_dir here or in image_reader.kwargs, not both")
+            self.reader = build_reader(image_reader)
+        else:
+            _check_color_mode(color_mode)
+            self.reader = FileReader(image_dir, color_mode)
         if meta_type is not None and meta_type not in self.META_TYPES:
             raise ConfigError("meta_type", f"{meta_type!r} is not one of {', '.join(self.META_TYPES)}",
                               did_you_mean(meta_type, self.META_TYPES))
         super().__init__(_transforms(transforms, transformer))
         self.meta_file = meta_file
-        self.image_dir = image_dir
-        self.color_mode = color_mode
+        self.image_dir, self.color_mode = self.reader.image_dir, self.reader.color_mode
         self.records = self._parse(meta_file, meta_type)  # (path, label, line number)
         if check_files:
             for path, _, lineno in self.records:
@@ -281,7 +279,7 @@ class ClsMetaDataset(ClsDatasetBase):
         records = []
         for lineno, line in numbered:
             filename, label = parse(line, f"{meta_file}:{lineno}")
-            records.append((os.path.join(self.image_dir, filename), label, lineno))
+            records.append((self.reader.path_of(filename), label, lineno))
         return records
 
     def _set_classes(self, classes, num_classes):
@@ -304,4 +302,4 @@ class ClsMetaDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label, lineno = self.records[index]
-        return load_image(path, self.color_mode, where=f"{self.meta_file}:{lineno}"), label
+        return read_image(path, self.reader.color_mode, where=f"{self.meta_file}:{lineno}"), label

@@ -15,7 +15,7 @@ import numpy as np
 
 
 def scene_dataset(split, num_images, seed, **scene_kwargs):
-    from .datasets import DigitsDetection
+    from .digits_det import DigitsDetection
 
     return DigitsDetection(split=split, num_images=num_images, seed=seed, **scene_kwargs)
 

@@ -5,6 +5,7 @@ Registered names usable in a dataset's ``transforms`` list (UP's names where UP 
 - ``keep_ar_resize_max`` {scales, max_size}: keep-ratio resize of the short side to a scale
   (one picked at random per sample when several are given: multi-scale training), long side
   capped at max_size. Records the resized size so predictions map back to the original image.
+- ``keep_ar_resize`` {scales, max_size, separate_wh}: UP's spelling of the same resize.
 - ``flip`` {flip_p}: random horizontal flip of image and boxes.
 - ``pad_to_stride`` {stride}: zero-pad right/bottom to a multiple of stride.
 - ``normalize`` (from the shared registry: torchvision Normalize). A det model normalizes
@@ -60,6 +61,24 @@ class KeepRatioResize:
 
     def __repr__(self):
         return f"KeepRatioResize(scales={self.scales}, max_size={self.max_size})"
+
+
+@TRANSFORMS.register("keep_ar_resize")
+class KeepRatioResizeUP(KeepRatioResize):
+    """UP's ``keep_ar_resize`` {scales, max_size, separate_wh}: the short side to one of
+    ``scales`` (picked at random per sample), the long side capped at ``max_size``. Boxes follow
+    the resized image's exact height and width ratios, which is UP's ``separate_wh: true``; with
+    false UP scales boxes by the common factor, a sub-pixel difference."""
+
+    def __init__(self, scales: list = (800,), max_size: int = 1333, separate_wh: bool = False,
+                 interpolation: str = "bilinear"):
+        if isinstance(scales, str):
+            raise ConfigError("scales", "a Python expression is not evaluated here", "write the list, e.g. [800]")
+        super().__init__(scales, max_size, interpolation)
+        self.separate_wh = separate_wh
+
+    def __repr__(self):
+        return f"KeepRatioResizeUP(scales={self.scales}, max_size={self.max_size})"
 
 
 @TRANSFORMS.register("flip")

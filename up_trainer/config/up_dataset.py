@@ -1,0 +1,155 @@
+"""UP's dataset section -> native dataset keys.
+
+UP writes each split as ``{dataset: {type, kwargs}, batch_sampler: {...}, dataloader: {...}}``
+and may put ``batch_sampler`` / ``dataloader`` next to the splits, shared by both. Native form
+keeps the split's ``{type, kwargs}`` and flat loader keys:
+
+=====================================================  ==========================================
+UP                                                     native ``dataset`` key
+=====================================================  ==========================================
+train ``batch_sampler.kwargs.batch_size``              ``batch_size``
+test ``batch_sampler.kwargs.batch_size``               ``test_batch_size``
+``batch_sampler.kwargs.sampler: {type: dist}``         (our sampler: seeded, sharded, resumable)
+``sampler.kwargs.fix_seed``                            ``fix_seed``
+``aspect_ratio_group`` + ``aspect_grouping``           ``aspect_ratio_groups`` (training batches)
+``dataloader.kwargs.num_workers`` / ``pin_memory``     ``num_workers`` / ``pin_memory``
+``dataloader.kwargs.alignment`` / ``pad_value``        ``alignment`` / ``pad_value``
+``dataloader.kwargs.batch_fn`` (``cls_base``)          ``batch_fn``
+=====================================================  ==========================================
+
+A split's own ``batch_sampler``/``dataloader`` wins over the shared one. Values UP lets differ
+per split but we hold once (num_workers, pin_memory) come from the training split; a differing
+evaluation value is recorded as a note. Unknown types and keys are one-line errors.
+"""
+from ..errors import ConfigError, did_you_mean, join_path
+
+SPLITS = ("train", "test")
+BATCH_SAMPLER_TYPES = ("base", "aspect_ratio_group")
+SAMPLER_TYPES = ("dist",)
+DATALOADER_TYPES = ("base", "cls_base")
+PAD_TYPES = ("batch_pad",)
+BATCH_SAMPLER_KEYS = ("sampler", "batch_size", "aspect_grouping", "drop_last")
+DATALOADER_KEYS = ("num_workers", "pin_memory", "alignment", "pad_value", "pad_type", "worker_init", "batch_fn")
+UNMAPPED_SAMPLERS = {
+    "repeat_factor": "UP's repeat-factor sampler (oversamples images of rare classes, LVIS style)",
+    "local": "UP's per-process sampler without sharding",
+}
+
+
+def _mapping(value, path):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping {{type, kwargs}}, got {type(value).__name__}")
+    return value
+
+
+def _check_entry(entry, path, types, keys):
+    for key in entry:
+        if key not in ("type", "kwargs"):
+            raise ConfigError(join_path(path, key), "unknown key", did_you_mean(key, ["type", "kwargs"]))
+    kind = entry.get("type", types[0])
+    if kind not in types:
+        raise ConfigError(join_path(path, "type"), f"unknown type {kind!r}",
+                          did_you_mean(kind, types) or f"UP types accepted here: {', '.join(types)}")
+    kwargs = _mapping(entry.get("kwargs"), join_path(path, "kwargs"))
+    for key in kwargs:
+        if key not in keys:
+            raise ConfigError(join_path(path, f"kwargs.{key}"), "unknown key",
+                              did_you_mean(key, keys) or f"accepted: {', '.join(keys)}")
+    return kind, kwargs
+
+
+def _sampler(kwargs, path, split, ds, notes):
+    sampler = _mapping(kwargs.get("sampler"), join_path(path, "kwargs.sampler"))
+    spath = join_path(path, "kwargs.sampler")
+    kind = sampler.get("type", "dist")
+    if kind in UNMAPPED_SAMPLERS:
+        raise ConfigError(join_path(spath, "type"), f"{kind!r} is {UNMAPPED_SAMPLERS[kind]}, which is not mapped",
+                          "use type: dist (seeded, sharded, resumable)")
+    _, skw = _check_entry(sampler, spath, SAMPLER_TYPES, ("fix_seed",))
+    if split == "train" and "fix_seed" in skw:
+        ds["fix_seed"] = skw["fix_seed"]
+
+
+def _batch_sampler(entry, path, split, ds, notes):
+    kind, kwargs = _check_entry(entry, path, BATCH_SAMPLER_TYPES, BATCH_SAMPLER_KEYS)
+    _sampler(kwargs, path, split, ds, notes)
+    if "batch_size" in kwargs:
+        ds["batch_size" if split == "train" else "test_batch_size"] = kwargs["batch_size"]
+    if "drop_last" in kwargs and split == "train":
+        ds["drop_last"] = kwargs["drop_last"]
+    if kind == "aspect_ratio_group":
+        if "aspect_grouping" not in kwargs:
+            raise ConfigError(join_path(path, "kwargs.aspect_grouping"), "required by aspect_ratio_group",
+                              "e.g. aspect_grouping: [1]")
+        if split == "train":
+            ds["aspect_ratio_groups"] = kwargs["aspect_grouping"]
+        # Evaluation batches are grouped only to save padding in UP; every image is seen once either way.
+    elif "aspect_grouping" in kwargs:
+        raise ConfigError(join_path(path, "kwargs.aspect_grouping"), "only type aspect_ratio_group takes it")
+
+
+def _dataloader(entry, path, split, ds, notes):
+    kind, kwargs = _check_entry(entry, path, DATALOADER_TYPES, DATALOADER_KEYS)
+    shared = not path.startswith(f"dataset.{split}.")
+    if kwargs.get("pad_type", "batch_pad") not in PAD_TYPES:
+        raise ConfigError(join_path(path, "kwargs.pad_type"), f"unknown pad_type {kwargs['pad_type']!r}",
+                          f"accepted: {', '.join(PAD_TYPES)}")
+    if "batch_fn" in kwargs:
+        if kind != "cls_base":
+            raise ConfigError(join_path(path, "kwargs.batch_fn"), "only the cls_base dataloader takes batch_fn")
+        if split == "train":
+            ds["batch_fn"] = kwargs["batch_fn"]
+        elif not shared:
+            raise ConfigError(join_path(path, "kwargs.batch_fn"), "batch_fn mixes training batches; "
+                              "an evaluation loader cannot take one")
+    if kwargs.get("worker_init"):
+        notes.append(f"{path}.kwargs.worker_init: not needed (every batch is seeded by seed, epoch and position)")
+    for key in ("num_workers", "pin_memory", "alignment", "pad_value"):
+        if key not in kwargs:
+            continue
+        if split == "train" or key not in ds:
+            ds[key] = kwargs[key]
+        elif ds[key] != kwargs[key]:
+            notes.append(f"{path}.kwargs.{key}: {kwargs[key]!r} differs from the training loader's "
+                         f"{ds[key]!r}; one value (training's) serves both")
+
+
+def translate_dataset(cfg, notes):
+    """Rewrite ``cfg['dataset']`` in place; the UP keys leave, the native ones arrive."""
+    given = cfg.get("dataset")
+    if not isinstance(given, dict):
+        return  # validation reports a missing or malformed section
+    ds = dict(given)
+    shared = {key: _mapping(ds.pop(key, None), f"dataset.{key}") for key in ("batch_sampler", "dataloader")}
+    per_split = {}
+    for split in SPLITS:
+        entry = ds.get(split)
+        own = {}
+        if isinstance(entry, dict) and "dataset" in entry and "type" not in entry:
+            for key in entry:
+                if key not in ("dataset", "batch_sampler", "dataloader"):
+                    raise ConfigError(f"dataset.{split}.{key}", "unknown key",
+                                      did_you_mean(key, ["dataset", "batch_sampler", "dataloader"])
+                                      or "UP form is {dataset: {type, kwargs}, batch_sampler, dataloader}")
+            own = {key: _mapping(entry.get(key), f"dataset.{split}.{key}") for key in ("batch_sampler", "dataloader")
+                   if key in entry}
+            ds[split] = entry["dataset"]
+        per_split[split] = own
+    # Training first, so its values are the ones a differing evaluation value is compared with.
+    for split in SPLITS:
+        if ds.get(split) is None:
+            continue
+        for key, apply in (("batch_sampler", _batch_sampler), ("dataloader", _dataloader)):
+            if key in per_split[split]:
+                apply(per_split[split][key], f"dataset.{split}.{key}", split, ds, notes)
+            elif shared[key]:
+                apply(shared[key], f"dataset.{key}", split, ds, notes)
+    # A native key given explicitly (e.g. --opts dataset.batch_size=8) wins over UP's spelling.
+    for key, value in given.items():
+        if key not in SPLITS and key not in shared and ds.get(key) != value:
+            notes.append(f"dataset.{key}: {value!r} given explicitly; UP's loader value {ds[key]!r} not used")
+            ds[key] = value
+    given.clear()
+    given.update(ds)
