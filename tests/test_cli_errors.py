@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import REPO, tiny_cfg, write_cfg
+from up_trainer.errors import ConfigError
 
 
 def mutate(fn):
@@ -185,3 +186,16 @@ def test_saved_checkpoints_survive_a_bad_resume(tmp_path, run_up):
     res = run_up(["train", "--config", path, "--work-dir", run_dir, "--resume", tmp_path / "nope.pth"])
     assert res.exit_code == 2
     assert sorted(os.listdir(ckpt_dir)) == before
+
+
+def test_priority_is_a_key_of_hook_entries_only():
+    """priority orders hooks; on any other entry (a dataset, a model) it is a mistake."""
+    from up_trainer.registry import DATASETS, HOOKS, MODELS
+
+    with pytest.raises(ConfigError, match=r"^dataset\.train\.priority: unknown key"):
+        DATASETS.build({"type": "digits", "priority": 10}, "dataset.train")
+    with pytest.raises(ConfigError, match=r"^net\.name: unknown key"):
+        MODELS.build({"type": "resnet18", "name": "x"}, "net")
+    with pytest.raises(ConfigError, match=r"^hooks\[0\]\.name: unknown key"):
+        HOOKS.build({"type": "nan_guard", "name": "guard"}, "hooks[0]")
+    assert HOOKS.build({"type": "nan_guard", "priority": 10}, "hooks[0]").policy == "skip"

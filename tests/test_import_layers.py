@@ -15,6 +15,7 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
 """
 import ast
 import os
+import re
 
 from conftest import REPO
 
@@ -154,3 +155,25 @@ def test_old_import_paths_still_resolve():
     assert (Hook, HookList) == (hooks.Hook, hooks.HookList)
     assert run_safely is policy and checkpoint.load_weights is load_weights
     assert schedule.should_save(3, {"max_epoch": 3})
+
+
+CITED_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|rst|py))\b")
+
+
+def test_sources_cite_only_files_in_the_tree():
+    """A file named in a docstring or comment (README.rst, engine/scalars.py) exists: at the
+    repository root, in the package, or beside the file citing it."""
+    missing = []
+    for top in (PACKAGE, "benchmarks", "scripts"):
+        for dirpath, _, files in os.walk(os.path.join(REPO, top)):
+            for f in files:
+                if not f.endswith(".py"):
+                    continue
+                text = open(os.path.join(dirpath, f), encoding="utf-8").read()
+                for cited in set(CITED_FILE.findall(text)):
+                    if "/" not in cited and not cited.endswith((".md", ".rst")):
+                        continue  # a bare module name (foo.py) is too often an example
+                    where = [REPO, os.path.join(REPO, PACKAGE), dirpath]
+                    if not any(os.path.exists(os.path.join(base, cited)) for base in where):
+                        missing.append(f"{os.path.relpath(os.path.join(dirpath, f), REPO)}: {cited}")
+    assert missing == []

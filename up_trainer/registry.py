@@ -39,8 +39,9 @@ def import_user_modules(modules, path="runtime.imports"):
 
 
 class Registry:
-    def __init__(self, kind, providers=()):
+    def __init__(self, kind, providers=(), entry_keys=("type", "kwargs")):
         self.kind = kind  # "hook", "model", ... used in messages
+        self.entry_keys = tuple(entry_keys)  # the keys a YAML entry of this kind may have
         self._providers = list(providers)
         self._entries = {}
         self._aliases = {}
@@ -99,10 +100,11 @@ class Registry:
         (e.g. the number of classes), not by the user; they are not checked against the YAML."""
         if not isinstance(cfg, dict):
             raise ConfigError(path, f"expected a mapping with 'type' and 'kwargs', got {type(cfg).__name__}")
-        unknown = set(cfg) - {"type", "kwargs", "priority", "name"}
+        unknown = set(cfg) - set(self.entry_keys)
         if unknown:
-            key = sorted(unknown)[0]
-            raise ConfigError(join_path(path, key), "unknown key", did_you_mean(key, ["type", "kwargs"]))
+            key = sorted(map(str, unknown))[0]
+            raise ConfigError(join_path(path, key), "unknown key",
+                              did_you_mean(key, self.entry_keys) or f"a {self.kind} entry has {', '.join(self.entry_keys)}")
         if "type" not in cfg:
             raise ConfigError(path, "missing 'type'")
         obj = self.get(cfg["type"], join_path(path, "type"))
@@ -192,7 +194,7 @@ def check_kwargs(obj, kwargs, path, provided=()):
             raise ConfigError(join_path(path, key), "required argument is missing")
 
 
-HOOKS = Registry("hook", ["up_trainer.hooks"])
+HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority"))
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det"])

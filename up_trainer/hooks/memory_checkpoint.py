@@ -1,4 +1,4 @@
-"""memory_checkpoint: UP's static / dynamic activation checkpointing (docs/memckpt.rst)."""
+"""memory_checkpoint: UP's static / dynamic activation checkpointing (README.rst, "Memory checkpoint")."""
 import logging
 from typing import Optional
 
