@@ -28,7 +28,8 @@ def test_accumulate_4_x_batch_8_equals_batch_32(tmp_path):
 
 def test_bf16_on_cpu_trains_within_one_point_of_fp32(tmp_path):
     results = {}
-    for name, amp in (("fp32", {}), ("bf16", {"enable": True, "dtype": "bfloat16"})):
+    # forced: this test is about bf16 arithmetic, whether or not this CPU has it natively
+    for name, amp in (("fp32", {}), ("bf16", {"enable": True, "dtype": "bfloat16", "force": True})):
         cfg = digits_cfg(net="test_mlp", train_subset=None, test_subset=None, batch_size=32, max_epoch=3,
                          runtime={"seed": 5, "amp": amp},
                          trainer={"max_epoch": 3, "test_freq": 3,
@@ -59,7 +60,7 @@ def test_fp16_scaler_state_is_checkpointed():
         torch.manual_seed(0)
         model = nn.Linear(4, 2)
         tcfg = {"optimizer": {"type": "SGD", "kwargs": {"lr": 0.1}}, "accumulate": 1, "max_epoch": 1}
-        return model, Optimization(model, tcfg, {"fp16": True}, torch.device("cpu"), 4)
+        return model, Optimization(model, tcfg, {"fp16": True, "amp": {"force": True}}, torch.device("cpu"), 4)
 
     model, optim = make()
     for _ in range(2):  # the default scale overflows fp16 here: the scaler backs off

@@ -66,7 +66,7 @@ def test_detection_with_ema_clipping_amp_and_visualize(tmp_path):
     hooks = [{"type": "ema", "kwargs": {"decay": 0.9}},
              {"type": "grad_clipper", "kwargs": {"max_norm": 5.0}},
              {"type": "visualize", "kwargs": {"num_images": 2}}]
-    cfg = _config(tmp_path, "fcos", hooks, amp={"enable": True, "dtype": "bfloat16"})
+    cfg = _config(tmp_path, "fcos", hooks, amp={"enable": True, "dtype": "bfloat16", "force": True})
     _train(cfg, tmp_path / "run")
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "ckpt_e1.pth", weights_only=True)
     assert isinstance(ckpt["ema"]["model"], dict) and "head.classification_head.cls_logits.bias" in ckpt["ema"]["model"]

@@ -63,6 +63,13 @@ def write_resolved_config(cfg, run_dir):
     return path
 
 
+def note_in_resolved_config(run_dir, line):
+    """Append a decision taken at build time (e.g. the precision) to config.yaml as a comment:
+    the file still loads as the config that was asked for, and says what ran."""
+    with open(os.path.join(run_dir, "config.yaml"), "a", encoding="utf-8") as f:
+        f.write(f"# {line}\n")
+
+
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
               port=None, display=None, device=None):
     from .engine.distributed_launch import launch_workers
@@ -84,6 +91,8 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
     if is_main:
         write_resolved_config(cfg, run_dir)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
+    if is_main and trainer.optim is not None:
+        note_in_resolved_config(run_dir, trainer.optim.precision.describe())
     trainer.display = display
     loaded = restore(trainer, resume=resolve_path(resume, None) if resume else None, work_dir=work_dir)
     if evaluate_only:

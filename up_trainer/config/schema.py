@@ -41,7 +41,7 @@ SCHEMAS = {
         "random_seed": Field(int, None, "UP's name for seed", alias_of="seed"),
         "device": Field(str, "auto", "auto (cuda when available), cpu or cuda", choices=["auto", "cpu", "cuda"]),
         "fp16": Field(bool, False, "UP switch: float16 autocast + GradScaler (same as amp.enable with dtype float16)"),
-        "amp": Field(dict, {}, "{enable: bool, dtype: float16|bfloat16}"),
+        "amp": Field(dict, {}, "{enable: bool, dtype: float16|bfloat16, force: bool}"),
         "deterministic": Field(bool, False, "torch.use_deterministic_algorithms and cudnn.deterministic"),
         "num_threads": Field((int, type(None)), None, "torch intra-op threads (default: torch's choice)", minimum=1),
         "tune_malloc": Field(bool, True, "glibc: keep large freed blocks in the process (mmap threshold 32 MiB, "

@@ -1,15 +1,18 @@
 """Optimizer, LR schedule, AMP and gradient accumulation: everything between loss and step.
 
+The precision (fp32, or autocast in float16/bfloat16) is decided in precision.py.
 The trainer calls, per micro-batch: ``with optim.step_context(model, is_update):`` around
 forward+backward, ``optim.backward(loss, group_size)``, and ``optim.step()`` when
 ``is_update``. Hooks that touch gradients (grad_clipper) call ``optim.unscale_()`` first.
 """
 import contextlib
 import logging
+import warnings
 
 import torch
 
 from ..errors import ConfigError, did_you_mean
+from .precision import decide_precision, log_plan, requested
 
 log = logging.getLogger("up")
 
@@ -85,13 +88,11 @@ class Optimization:
                                                self.updates_per_epoch, trainer_cfg["max_epoch"],
                                                world_size=world_size, batch_size=batch_size * self.accumulate)
         self.device_type = device.type
-        self.amp_dtype = amp_dtype(runtime_cfg)
-        fp16 = self.amp_dtype is torch.float16
-        self.scaler = torch.amp.GradScaler(self.device_type, enabled=fp16) if fp16 else None
+        self.precision = decide_precision(runtime_cfg, device)
+        log_plan(self.precision)
+        self.amp_dtype = self.precision.runs
+        self.scaler = torch.amp.GradScaler(self.device_type) if self.precision.scaler else None
         self._unscaled = False
-        if self.amp_dtype is not None:
-            log.info("mixed precision: %s autocast on %s%s", str(self.amp_dtype).replace("torch.", ""),
-                     self.device_type, " with a dynamic GradScaler" if fp16 else "")
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -134,7 +135,16 @@ class Optimization:
             self.optimizer.step()
         self._unscaled = False
         self.optimizer.zero_grad(set_to_none=True)
-        if self.lr_scheduler is not None:
+        if self.lr_scheduler is None:
+            return
+        if self.scaler is None:
+            self.lr_scheduler.step()
+            return
+        # The schedule counts updates, skipped ones included (as the unscaled run would); when the
+        # scaler skipped the very first step torch warns that the scheduler stepped before the
+        # optimizer, which is what is meant here.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
             self.lr_scheduler.step()
 
     def lr(self):
@@ -156,18 +166,6 @@ class Optimization:
 
 
 def amp_dtype(runtime_cfg):
-    """None (fp32), torch.float16 or torch.bfloat16 from runtime.fp16 / runtime.amp."""
-    amp = runtime_cfg.get("amp") or {}
-    unknown = set(amp) - {"enable", "dtype"}
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ConfigError(f"runtime.amp.{key}", "unknown key", did_you_mean(key, ["enable", "dtype"]))
-    if runtime_cfg.get("fp16"):
-        return torch.float16
-    if not amp.get("enable", False):
-        return None
-    dtype = amp.get("dtype", "float16")
-    choices = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-    if dtype not in choices:
-        raise ConfigError("runtime.amp.dtype", f"unknown dtype {dtype!r}", "use float16 or bfloat16")
-    return choices[dtype]
+    """The dtype ``runtime.fp16`` / ``runtime.amp`` asks for (None: fp32), before the hardware
+    check of :func:`~.precision.decide_precision`."""
+    return requested(runtime_cfg)[0]

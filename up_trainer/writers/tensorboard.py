@@ -1,4 +1,5 @@
 """TensorBoard event files through tensorboardX (imported only when a writer is built)."""
+import logging
 import os
 import struct
 
@@ -15,6 +16,10 @@ class TensorboardWriter:
                  max_queue: int = 100):
         from tensorboardX import SummaryWriter
 
+        # tensorboardX warns "NaN or Inf found in input tensor" on every such scalar; the value is
+        # still written, and a non-finite loss or gradient norm (fp16 steps the scaler skips) is
+        # already reported in our own log, so the stray console line is dropped.
+        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
         self.logdir = logdir
         if os.path.isdir(logdir):
             trim_event_files(logdir, start_iter, start_epoch)
