@@ -1,10 +1,13 @@
-"""bf16 autocast vs fp32: training step time on CPU for the digits demo model.
+"""Mixed precision vs fp32: training step time on CPU for the digits demo model, with the CPU
+flags and the precision decision `up train` takes on this machine.
 
     python benchmarks/amp_bf16.py [--config configs/cls/digits_resnet18.yaml] [--rounds 7] [--steps 5]
 
-Both variants run the same code path (up_trainer's Optimization: autocast, backward, step)
-on the same real digits batches, from identical initial weights. Rounds alternate
-fp32 / bf16 so that load from other processes hits both alike; medians are reported.
+Variants: fp32; bf16 and fp16 autocast forced (``runtime.amp.force: true``: what the dtype
+costs on this CPU); and ``runtime.fp16: true`` as `up train` decides it here (fp32 when the CPU
+has no native fp16). All run the same code path (up_trainer's Optimization: autocast, backward,
+step) on the same real digits batches from identical initial weights. Rounds rotate the order
+so that load from other processes hits all alike; medians are reported, as ratios to fp32.
 """
 import argparse
 import os
@@ -17,15 +20,44 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def build(cfg, amp):
+VARIANTS = {
+    "fp32": {"fp16": False, "amp": {}},
+    "bf16 forced": {"fp16": False, "amp": {"enable": True, "dtype": "bfloat16", "force": True}},
+    "fp16 forced": {"fp16": False, "amp": {"enable": True, "dtype": "float16", "force": True}},
+    "runtime.fp16 as decided": {"fp16": True, "amp": {}},
+}
+
+
+def build(cfg, runtime):
     from up_trainer.engine.optim import Optimization
     from up_trainer.tasks.net import build_model
 
     torch.manual_seed(0)
     model = build_model(cfg["net"])
-    runtime = dict(cfg["runtime"], fp16=False, amp={"enable": True, "dtype": "bfloat16"} if amp else {})
     trainer_cfg = dict(cfg["trainer"], lr_scheduler=None)
-    return model, Optimization(model, trainer_cfg, runtime, torch.device("cpu"), 100)
+    return model, Optimization(model, trainer_cfg, dict(cfg["runtime"], **runtime), torch.device("cpu"), 100)
+
+
+def hardware_report():
+    """The CPU, its mixed-precision flags and what `up train` decides for each dtype here."""
+    import platform
+
+    from up_trainer.engine.precision import NATIVE_CPU_FLAGS, cpu_flags, cpu_native
+
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    wanted = {f for flags in NATIVE_CPU_FLAGS.values() for f in flags}
+    have = sorted(wanted & cpu_flags())
+    lines = [f"cpu: {model} ({platform.machine()}), torch capability {torch.backends.cpu.get_cpu_capability()}, "
+             f"mixed-precision flags: {', '.join(have) or 'none'}"]
+    for dtype in (torch.bfloat16, torch.float16):
+        native, evidence = cpu_native(dtype)
+        lines.append(f"  {str(dtype).replace('torch.', '')}: {'native' if native else 'NOT native'} ({evidence})")
+    return "\n".join(lines)
 
 
 def step(model, optim, batch):
@@ -40,7 +72,10 @@ def main():
     ap.add_argument("--config", default=os.path.join(REPO, "configs/cls/digits_resnet18.yaml"))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per round and variant")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="V",
+                    help=f"any of {list(VARIANTS)} (fp32 is always run)")
     args = ap.parse_args()
+    args.variants = ["fp32"] + [v for v in args.variants if v != "fp32"]
     from up_trainer.engine.allocator import tune_malloc
 
     print(tune_malloc())  # as `up train` does (runtime.tune_malloc): the allocator the trainer runs with
@@ -57,13 +92,15 @@ def main():
     ds = build_dataset(cfg["dataset"]["train"], "dataset.train")
     loader = DataLoader(ds, batch_size=cfg["dataset"]["batch_size"], shuffle=False, drop_last=True)
     batches = [b for _, b in zip(range(args.steps), loader)]
-    variants = {"fp32": build(cfg, False), "bf16": build(cfg, True)}
+    print(hardware_report())
+    variants = {name: build(cfg, rt) for name, rt in VARIANTS.items() if name in args.variants}
     for model, optim in variants.values():  # warm-up: allocator, kernels, lazy init
         model.train()
         step(model, optim, batches[0])
     times = {k: [] for k in variants}
     for r in range(args.rounds):
-        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        names = list(variants)
+        order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             model, optim = variants[name]
             t0 = time.perf_counter()
@@ -75,7 +112,9 @@ def main():
           f"{torch.get_num_threads()} threads, {args.rounds} rounds x {args.steps} steps")
     for k, v in med.items():
         print(f"  {k}: median step {v * 1000:.1f} ms  (min {min(times[k]) * 1000:.1f}, max {max(times[k]) * 1000:.1f})")
-    print(f"bf16 / fp32 step time ratio: {med['bf16'] / med['fp32']:.2f}")
+    for k in med:
+        if k != "fp32":
+            print(f"{k} / fp32 step time ratio: {med[k] / med['fp32']:.2f}")
 
 
 if __name__ == "__main__":
