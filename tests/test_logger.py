@@ -307,6 +307,7 @@ def test_real_run_csv_and_jsonl_rows(real_run):
         (r["phase"], int(r["epoch"]), int(r["iter"])) for r in table]
     assert lines[1]["loss"] == pytest.approx(float(table[1]["loss"]))
     assert os.path.getsize(os.path.join(real_run.dir, "results.png")) > 10_000
+    assert "training curves: " in real_run.stdout and "results.png" not in real_run.stdout2  # plot: false
 
 
 def read_events(logdir):

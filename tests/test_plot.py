@@ -53,3 +53,33 @@ def test_up_plot_without_metrics_is_a_one_line_error(tmp_path):
     assert res.exit_code == 2
     assert "no metrics.csv" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_matplotlib_is_a_dependency_of_the_package():
+    """Plots are drawn on every run by default: `pip install -e .` must bring matplotlib."""
+    import configparser
+
+    from conftest import REPO
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO, "setup.cfg"))
+    required = [line.strip() for line in cfg["options"]["install_requires"].splitlines() if line.strip()]
+    assert any(r.startswith("matplotlib") for r in required), required
+
+
+def test_plotting_keeps_the_callers_matplotlib_backend(tmp_path):
+    """Drawing needs no display and leaves a notebook's or script's backend and pyplot alone."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    run_dir = fake_run(tmp_path / "run")
+    code = ("import sys, matplotlib; matplotlib.use('svg'); from up_trainer.plot import plot_run; "
+            f"out = plot_run({run_dir!r}); print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules, out)")
+    env = dict(os.environ, PYTHONPATH=REPO, MPLBACKEND="", DISPLAY="")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    backend, pyplot_loaded, out = res.stdout.split()
+    assert (backend, pyplot_loaded) == ("svg", "False")
+    assert os.path.getsize(out) > 10_000 and res.stderr == ""

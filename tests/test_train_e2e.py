@@ -1,6 +1,7 @@
 """End to end on tiny digits subsets: files on disk, exact resume, crash safety, eval."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +119,11 @@ def test_pretrain_model_is_tolerant_and_reports_keys(tmp_path, run_up):
 def test_evaluate_only_and_up_eval_write_metrics(tmp_path, run_up):
     run_dir, _ = train(run_up, tmp_path, "ev", tiny_cfg(trainer={"max_epoch": 1}))
     ckpt = run_dir / "checkpoints" / "ckpt_e1.pth"
+    # up train itself leaves its final evaluation in results_dir, as the README says
+    trained = json.loads((run_dir / "results_dir" / "metrics.json").read_text())
+    assert trained["top1"] == load(ckpt)["state"]["metrics"]["top1"]
+    assert len((run_dir / "results_dir" / "results.jsonl").read_text().splitlines()) == trained["num_samples"]
+    shutil.rmtree(run_dir / "results_dir")
     path = write_cfg(tmp_path / "ev.yaml", tiny_cfg())
     res = run_up(["train", "--config", path, "--work-dir", run_dir, "-e", "--resume", ckpt])
     assert res.exit_code == 0, res.stderr

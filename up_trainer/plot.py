@@ -1,4 +1,4 @@
-"""`up plot RUN_DIR`: training curves from metrics.csv to a PNG (matplotlib, Agg backend).
+"""`up plot RUN_DIR`: training curves from metrics.csv to a PNG (matplotlib, rendered by Agg).
 
 Panels: the losses, the learning rate and the grad norm against the global iteration (train
 rows), then one panel per evaluation metric against the epoch (eval rows).
@@ -53,14 +53,14 @@ def plot_run(run_dir, out=None):
     if not panels:
         raise DataError(f"{path}: no rows to plot yet")
 
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on clusters; also never steal focus on a laptop
-    import matplotlib.pyplot as plt
+    # A bare Figure renders with Agg without pyplot: no display needed (clusters, CI), no window
+    # on a laptop, and the backend a user's own code chose stays as it was.
+    from matplotlib.figure import Figure
 
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+    fig = Figure(figsize=(5.2 * ncols, 3.6 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, (title, xlabel, lines) in zip(axes.flat, panels):
         for label, xs, ys in lines:
             marker = "o" if len(xs) <= 30 else None
@@ -80,5 +80,4 @@ def plot_run(run_dir, out=None):
     out = out or os.path.join(run_dir, "results.png")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=100)
-    plt.close(fig)
     return out

@@ -105,6 +105,8 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
             write_eval_results(trainer, metrics)
         return metrics
     trainer.train()
+    if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
+        write_eval_results(trainer, trainer.state.metrics, echo=False)
     return trainer.state.metrics
 
 
@@ -113,8 +115,10 @@ def require_evaluator(trainer):
         raise ConfigError("dataset.test", "evaluation needs a test dataset")
 
 
-def write_eval_results(trainer, metrics):
-    log.info("metrics: %s", json.dumps(metrics, sort_keys=True))
+def write_eval_results(trainer, metrics, echo=True):
+    """metrics.json and the evaluator's per-sample results in results_dir (``saver.save_result``)."""
+    if echo:
+        log.info("metrics: %s", json.dumps(metrics, sort_keys=True))
     if not trainer.cfg["saver"]["save_result"]:
         return
     os.makedirs(trainer.results_dir, exist_ok=True)
