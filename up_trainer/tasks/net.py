@@ -9,6 +9,8 @@ Two spellings are accepted:
   complete classifier (backbone, head and loss), so it must be the only entry:
   ``net: [{name: backbone, type: resnet18, kwargs: {num_classes: 10}}]``. Several parts of
   other tasks become one :class:`ComposedModel` whose children carry the entry names.
+  A list with UP's own part types (``base_cls_head``, ``FPN``, ``RetinaSubNet``, ...) is
+  UP's net and is mapped onto torchvision by :mod:`.up_nets`.
 
 Either way the result has named top-level children (a classifier's is ``backbone``), which
 hooks such as memory checkpointing address by name.
@@ -70,6 +72,10 @@ def build_model(net_cfg, path="net"):
                           f"got {type(net_cfg).__name__}")
     if not net_cfg:
         raise ConfigError(path, "the list of net parts is empty")
+    from .up_nets import build_up_net, is_up_net
+
+    if is_up_net(net_cfg):
+        return build_up_net(net_cfg, path)
     seen = set()
     for i, entry in enumerate(net_cfg):
         _check_entry(entry, join_path(path, i), seen)

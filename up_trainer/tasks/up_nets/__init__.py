@@ -1,0 +1,113 @@
+"""UP's ``net:`` list (``[{name, type, kwargs, prev}, ...]``) mapped onto torchvision.
+
+Three shapes are mapped:
+
+* classification: a UP backbone (:data:`.backbones.BACKBONES`) + ``base_cls_head`` +
+  ``base_cls_postprocess`` -> :class:`.cls.UPClassifier`;
+* RetinaNet: resnet + ``FPN`` + ``RetinaSubNet`` + ``retina_post`` -> torchvision RetinaNet;
+* Faster R-CNN: resnet + ``FPN`` + ``NaiveRPN`` + ``rpn_post`` + ``BboxFC_Pre`` + ``BboxFC``
+  + ``bbox_post`` -> torchvision Faster R-CNN.
+
+Every kwarg is honoured or refused in one line; UP types we do not map are refused with what
+to use instead (:mod:`.refused`). :func:`check_up_net` does all of this without building
+(``up config``); :func:`build_up_net` builds (``up train``). Both read the same code, so what
+passes the check builds.
+"""
+from ...errors import ConfigError, join_path
+from .refused import refusal, refuse
+
+ENTRY_KEYS = ("name", "type", "kwargs", "prev")
+CLS_PARTS = ("base_cls_head", "base_cls_postprocess")
+RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
+FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
+UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS)
+
+
+def _up_backbones():
+    from .backbones import BACKBONES
+
+    return BACKBONES
+
+
+def is_up_net(net_cfg):
+    """True when a ``net`` list is UP's form: any UP-only or refused UP type, a ``prev`` link,
+    or a UP backbone type followed by other parts."""
+    if not isinstance(net_cfg, list):
+        return False
+    entries = [e for e in net_cfg if isinstance(e, dict)]
+    types = [e.get("type") for e in entries]
+    if any(t in UP_ONLY_TYPES or refusal(t) for t in types if isinstance(t, str)):
+        return True
+    if any(k in e for e in entries for k in ("prev", "wrappers", "multi_model")):
+        return True
+    return False
+
+
+def _check_entries(net_cfg, path):
+    names = []
+    for i, entry in enumerate(net_cfg):
+        p = join_path(path, i)
+        if not isinstance(entry, dict):
+            raise ConfigError(p, f"expected a mapping {{name, type, kwargs}}, got {type(entry).__name__}")
+        if "wrappers" in entry:
+            raise ConfigError(join_path(p, "wrappers"), "UP's module wrappers (quantization, sparsity, "
+                              "distillation) are not mapped", "remove wrappers")
+        if "multi_model" in entry:
+            raise ConfigError(join_path(p, "multi_model"), "UP's multi_model parts (teacher/student "
+                              "distillation) are not mapped", "train one model")
+        for key in entry:
+            if key not in ENTRY_KEYS:
+                raise ConfigError(join_path(p, key), "unknown key", f"a UP net entry has {', '.join(ENTRY_KEYS)}")
+        for key in ("name", "type"):
+            if not isinstance(entry.get(key), str):
+                raise ConfigError(join_path(p, key), "required string is missing",
+                                  "each entry is {name: backbone, type: resnet18, kwargs: {...}}")
+        if not entry["name"].isidentifier() or entry["name"] in names:
+            raise ConfigError(join_path(p, "name"), f"{entry['name']!r} is not a unique python identifier")
+        if refusal(entry["type"]):
+            refuse(entry["type"], p)
+        prev = entry.get("prev")
+        if prev is not None and prev not in names:
+            raise ConfigError(join_path(p, "prev"), f"{prev!r} names no earlier entry",
+                              f"earlier entries: {', '.join(names) or 'none'}")
+        names.append(entry["name"])
+
+
+def _shape(net_cfg, path):
+    types = tuple(e["type"] for e in net_cfg)
+    backbones = _up_backbones()
+    if types[0] not in backbones:
+        raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped UP backbone",
+                          f"mapped: {', '.join(backbones)}")
+    for shape, parts in (("cls", CLS_PARTS), ("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS)):
+        if types[1:] == parts:
+            if shape != "cls" and not types[0].startswith("resnet"):
+                raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is mapped as a "
+                                  "classification backbone only", "detection backbones: resnet18/34/50/101")
+            return shape
+    raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
+                      "mapped: backbone + base_cls_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
+                      "retina_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post")
+
+
+def build_up_net(net_cfg, path="net"):
+    """The nn.Module for a UP net list (raises ConfigError on anything not mapped)."""
+    _check_entries(net_cfg, path)
+    shape = _shape(net_cfg, path)
+    if shape == "cls":
+        from .cls import build_classifier
+
+        return build_classifier(net_cfg, path)
+    from .det_net import build_detector
+
+    return build_detector(shape, net_cfg, path)
+
+
+def check_up_net(net_cfg, path="net"):
+    """Everything :func:`build_up_net` checks, for ``up config``. Building these nets takes
+    well under a second at the configs' sizes, so the check builds and drops the model: one
+    code path, no second copy of the rules to drift."""
+    import torch
+
+    with torch.device("meta"):
+        build_up_net(net_cfg, path)

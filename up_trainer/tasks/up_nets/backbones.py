@@ -1,0 +1,233 @@
+"""UP backbones as torchvision trunks: resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m
+and UP's swin types.
+
+A trunk takes an image batch and returns the list of feature maps UP's ``out_layers`` (or
+``out_strides``) select; it keeps torchvision's module names, so torchvision ImageNet weights
+load as they are and UP-named weights load through :mod:`.keymap`. ``frozen_layers`` (UP's
+stage indices, 0 = stem) freeze those stages: no gradients and BatchNorm kept in eval mode.
+"""
+import torch
+import torchvision
+from torch import nn
+from torchvision.ops import stochastic_depth
+
+from ...errors import ConfigError
+from .layers import initialize, norm_layer, read_initializer
+
+RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
+REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the 400MF models)
+    "regnetx_200m": dict(depth=13, w_0=24, w_a=36.44, w_m=2.49, group_width=8),
+    "regnetx_400m": dict(depth=22, w_0=24, w_a=24.48, w_m=2.54, group_width=16),
+    "regnety_200m": dict(depth=13, w_0=24, w_a=36.44, w_m=2.49, group_width=8, se_ratio=0.25),
+    "regnety_400m": dict(depth=16, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25),
+}
+SWINS = ("swin_tiny", "swin_small", "swin_base_224", "swin_base_384", "swin_large_224", "swin_large_384")
+BACKBONES = RESNETS + ("mobilenetv2",) + tuple(REGNETS) + SWINS
+
+
+class Trunk(nn.Module):
+    """Stages run in order; the outputs of ``out_layers`` are returned. ``stage_names[i]``
+    lists the attributes making UP's stage i."""
+
+    def __init__(self, stages, out_layers, out_planes, out_strides, frozen_layers=()):
+        super().__init__()
+        self.stage_names = [names for names, _ in stages]
+        for names, modules in stages:
+            for name, module in zip(names, modules):
+                self.add_module(name, module)
+        self.out_layers, self.out_planes, self.out_strides = list(out_layers), list(out_planes), list(out_strides)
+        self.frozen_layers = list(frozen_layers)
+        last = max(self.out_layers)
+        for names in self.stage_names[last + 1:]:  # stages after the last output never run
+            for name in names:
+                delattr(self, name)
+        self.stage_names = self.stage_names[:last + 1]
+        for i in self.frozen_layers:
+            for name in self.stage_names[i] if i < len(self.stage_names) else ():
+                getattr(self, name).requires_grad_(False)
+        self.train()
+
+    def train(self, mode=True):
+        super().train(mode)
+        for i in self.frozen_layers:  # UP keeps frozen stages' BatchNorm statistics fixed
+            for name in self.stage_names[i] if i < len(self.stage_names) else ():
+                getattr(self, name).eval()
+        return self
+
+    def forward(self, x):
+        outs = []
+        for names in self.stage_names:
+            for name in names:
+                x = getattr(self, name)(x)
+            outs.append(x)
+        return [outs[i] for i in self.out_layers]
+
+
+class _DropPath:
+    """Stochastic depth on a residual branch, as a forward hook on the branch's last norm
+    (the block keeps torchvision's parameter names)."""
+
+    def __init__(self, block, p):
+        self.block, self.p = [block], p
+
+    def __call__(self, module, inputs, output):
+        return stochastic_depth(output, self.p, "row", self.block[0].training)
+
+
+def _check_layers(opts, n_stages, default_out):
+    def in_range(v):
+        bad = [i for i in v if not isinstance(i, int) or not 0 <= i < n_stages]
+        return f"stage indices are 0..{n_stages - 1}, got {v}" if bad else None
+
+    frozen = opts.take("frozen_layers", [], types=(list, type(None)), check=in_range) or []
+    out_layers = opts.take("out_layers", default_out, types=list, check=in_range)
+    return frozen, out_layers
+
+
+def _check_strides(opts, out_layers, natural):
+    want = [natural[i] for i in out_layers]
+    opts.take("out_strides", want, types=list, only=want,
+              why="the strides follow from out_layers (dilated stages are not mapped)")
+
+
+def build_resnet(arch, opts):
+    norm, sync = norm_layer(opts, default="freeze_bn")
+    frozen, out_layers = _check_layers(opts, 5, [4])
+    _check_strides(opts, out_layers, [4, 4, 8, 16, 32])
+    opts.take("style", "pytorch", types=str, only="pytorch", why="caffe-style ResNet weights are not mapped")
+    init = read_initializer(opts)
+    drop_path = opts.take("drop_path_rate", 0.0, types=float)
+    in_channels = opts.take("input_channel", 3, types=int)
+    for key, only in (("multiplier", 1), ("checkpoint", False), ("deep_stem", False), ("avg_down", False),
+                      ("down_sample", "pool"), ("nnie", False), ("fa", None), ("pretrained", False),
+                      ("block_type", "res"), ("width", [64, 64, 128, 256, 512])):
+        opts.take(key, only, only=only, why="use the memory_checkpoint hook" if key == "checkpoint" else None)
+    opts.take("layer_deform", [0] * 5, types=list, check=lambda v: None if not any(v) else
+              "deformable convolutions are not mapped (torchvision has no DCN layers here)")
+    opts.done()
+    net = torchvision.models.get_model(arch, weights=None, norm_layer=norm)
+    if in_channels != 3:
+        net.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+    stages = [(("conv1", "bn1", "relu", "maxpool"), (net.conv1, net.bn1, net.relu, net.maxpool))]
+    stages += [((f"layer{i}",), (getattr(net, f"layer{i}"),)) for i in range(1, 5)]
+    blocks = [b for i in range(1, 5) for b in getattr(net, f"layer{i}")]
+    if drop_path > 0:  # UP's rule: rate grows linearly with the block index, 0 for the first
+        for i, block in enumerate(blocks):
+            if i:
+                last_norm = block.bn3 if hasattr(block, "bn3") else block.bn2
+                last_norm.register_forward_hook(_DropPath(block, drop_path * i / (len(blocks) - 1)))
+    width = 512 * (4 if arch in ("resnet50", "resnet101") else 1)
+    planes = [64, width // 8, width // 4, width // 2, width]
+    trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], [[4, 4, 8, 16, 32][i] for i in out_layers],
+                  frozen)
+    initialize(trunk, init)
+    return trunk, sync
+
+
+def build_mobilenetv2(opts):
+    from torchvision.ops.misc import Conv2dNormActivation
+
+    norm, sync = norm_layer(opts, default="freeze_bn")
+    opts.take("out_strides", types=list, only=[32], why="only the stride-32 output (classification) is mapped")
+    opts.take("c4_output", False, only=False)
+    width = opts.take("width_mult", 1.0, types=float, check=lambda v: None if v > 0 else "must be > 0")
+    round_nearest = opts.take("round_nearest", 8, types=int)
+    init = read_initializer(opts)
+    opts.done()
+    net = torchvision.models.MobileNetV2(width_mult=width, round_nearest=round_nearest, norm_layer=norm)
+    first = net.features[1]  # UP's first block keeps its 1x1 expansion conv even at ratio 1
+    inp = net.features[0].out_channels
+    first.conv = nn.Sequential(Conv2dNormActivation(inp, inp, 1, norm_layer=norm, activation_layer=nn.ReLU6),
+                               *first.conv)
+    trunk = _Sequential(net.features, net.last_channel)
+    initialize(trunk, init)
+    return trunk, sync
+
+
+class _Sequential(nn.Module):
+    """A trunk whose parameters live under one child (torchvision's ``features``)."""
+
+    def __init__(self, features, planes):
+        super().__init__()
+        self.features = features
+        self.out_layers, self.out_planes, self.out_strides = [0], [planes], [32]
+
+    def forward(self, x):
+        return [self.features(x)]
+
+
+def build_regnet(arch, opts):
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    norm, sync = norm_layer(opts, default="solo_bn")
+    frozen, out_layers = _check_layers(opts, 5, [4])
+    _check_strides(opts, out_layers, [2, 4, 8, 16, 32])
+    init = read_initializer(opts)
+    opts.done()
+    with torch.device("cpu"):  # the width rule runs on real tensors even when checking on "meta"
+        params = BlockParams.from_init_params(**REGNETS[arch])
+    net = RegNet(params, norm_layer=norm)
+    stage_blocks = list(net.trunk_output.children())
+    stages = [(("stem",), (net.stem,))] + [((f"s{i + 1}",), (b,)) for i, b in enumerate(stage_blocks)]
+    planes = [net.stem[0].out_channels] + [b[-1].f.c[0].out_channels for b in stage_blocks]
+    trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], [[2, 4, 8, 16, 32][i] for i in out_layers],
+                  frozen)
+    initialize(trunk, init)
+    return trunk, sync
+
+
+class SwinTrunk(nn.Module):
+    """torchvision's Swin feature stages plus its final LayerNorm (UP's ``norm3``), returning
+    the last stage as an NCHW map."""
+
+    def __init__(self, net, planes):
+        super().__init__()
+        self.features, self.norm = net.features, net.norm
+        self.out_layers, self.out_planes, self.out_strides = [3], [planes], [32]
+
+    def forward(self, x):
+        return [self.norm(self.features(x)).permute(0, 3, 1, 2)]
+
+
+def build_swin(opts):
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    opts.take("pretrain_img_size", 224, types=(int, list))  # sizes only UP's absolute position embedding
+    opts.take("ape", False, only=False, why="torchvision's Swin has relative position bias only")
+    patch = opts.take("patch_size", 4, types=int)
+    embed_dim = opts.take("embed_dim", 96, types=int)
+    depths = opts.take("depths", [2, 2, 6, 2], types=list)
+    heads = opts.take("num_heads", [3, 6, 12, 24], types=list)
+    if len(depths) != len(heads):
+        raise ConfigError(opts.at("num_heads"), f"{len(heads)} entries for {len(depths)} stages (depths)")
+    window = opts.take("window_size", 7, types=int)
+    mlp_ratio = opts.take("mlp_ratio", 4.0, types=float)
+    attn_drop = opts.take("attn_drop_rate", 0.0, types=float)
+    drop_path = opts.take("drop_path_rate", 0.2, types=float)
+    for key, only in (("in_chans", 3), ("qkv_bias", True), ("qk_scale", None), ("drop_rate", 0.0),
+                      ("patch_norm", True), ("frozen_stages", -1), ("use_checkpoint", False),
+                      ("out_indices", [0, 1, 2, 3]), ("out_stride", [4, 8, 16, 32])):
+        value = opts.take(key, only)
+        if (list(value) if isinstance(value, tuple) else value) != only:
+            raise ConfigError(opts.at(key), f"{value!r} is not supported for UP's swin; only {only!r}")
+    opts.done()
+    net = SwinTransformer(patch_size=[patch, patch], embed_dim=embed_dim, depths=depths, num_heads=heads,
+                          window_size=[window, window], mlp_ratio=mlp_ratio, attention_dropout=attn_drop,
+                          stochastic_depth_prob=drop_path, num_classes=1)
+    return SwinTrunk(net, embed_dim * 2 ** (len(depths) - 1)), None
+
+
+def build_backbone(mtype, opts):
+    """(trunk, sync-BN group size or None) for a UP backbone type."""
+    if mtype in RESNETS:
+        return build_resnet(mtype, opts)
+    if mtype == "mobilenetv2":
+        return build_mobilenetv2(opts)
+    if mtype in REGNETS:
+        return build_regnet(mtype, opts)
+    return build_swin(opts)
+
+
+def feature_channels(trunk):
+    return list(trunk.out_planes)
+

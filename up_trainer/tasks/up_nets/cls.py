@@ -1,0 +1,200 @@
+"""UP's classification net: backbone + ``base_cls_head`` + ``base_cls_postprocess``.
+
+The model's children carry the UP entry names (``backbone``, ``head``, ``post_process``), the
+head keeps UP's parameter names (``classifier``), and forward follows the project's contract:
+``batch["image"]`` and ``batch["label"]`` in; ``{logits, loss}`` in training and ``{logits,
+scores, preds}`` (plus ``loss`` with labels) in eval. A list ``num_classes`` makes one
+classifier per entry (UP's multi-head form): logits, scores and preds become lists and the
+labels an N x heads tensor.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...errors import ConfigError
+from .options import Options, sub_options
+
+LOSSES = ("ce", "label_smooth_ce", "bce")
+
+
+class ClsHead(nn.Module):
+    """Average pool, optional dropout, a linear classifier (a ModuleList for several heads)."""
+
+    def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None):
+        super().__init__()
+        self.feature_idx = feature_idx
+        self.multi = isinstance(num_classes, list)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        if dropout is not None:
+            self.drop = nn.Dropout(dropout)
+        self.classifier = (nn.ModuleList(nn.Linear(in_plane, n) for n in num_classes) if self.multi
+                           else nn.Linear(in_plane, num_classes))
+        for m in self.modules():
+            if isinstance(m, nn.Linear):  # UP: truncated normal (std 0.02), zero bias
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, features):
+        x = self.pool(features[self.feature_idx]).flatten(1)
+        if hasattr(self, "drop"):
+            x = self.drop(x)
+        return [c(x) for c in self.classifier] if self.multi else self.classifier(x)
+
+
+class ClsLoss(nn.Module):
+    """UP's ``ce``, ``label_smooth_ce`` and ``bce`` on hard (N) or soft (N x C) labels."""
+
+    def __init__(self, kind, weight=1.0, smooth=0.0, num_classes=None, bias=False):
+        super().__init__()
+        self.kind, self.weight, self.smooth, self.num_classes, self.bias = kind, weight, smooth, num_classes, bias
+
+    def forward(self, logits, label):
+        if self.kind == "ce":
+            loss = F.cross_entropy(logits, label)
+        elif self.kind == "label_smooth_ce":
+            off = self.smooth / self.num_classes
+            if label.dim() == 1:  # (1 - e + e/K) on the true class, e/K elsewhere
+                loss = F.cross_entropy(logits, label, label_smoothing=self.smooth)
+            else:  # UP's soft-label rule: scale the mass by (1 - e + e/K), give zeros e/K
+                target = label * (1 - self.smooth + off)
+                target = torch.where(label == 0, torch.full_like(target, off), target)
+                loss = -(F.log_softmax(logits, 1) * target).sum() / logits.shape[0]
+        else:
+            if label.dim() == 1:
+                loss = F.binary_cross_entropy_with_logits(logits, F.one_hot(label, logits.shape[1]).to(logits.dtype))
+            else:
+                c = logits.shape[1] if self.bias else 1
+                loss = F.binary_cross_entropy_with_logits(logits - math.log(c), label.to(logits.dtype)) * c
+        return loss * self.weight
+
+
+def _read_loss(kind, kw, path, num_classes):
+    if kind not in LOSSES:
+        raise ConfigError(path, f"UP classification loss {kind!r} is not mapped", f"supported: {', '.join(LOSSES)}")
+    weight = kw.take("loss_weight", 1.0, types=float)
+    if kind == "label_smooth_ce":
+        smooth = kw.take("smooth_ratio", types=float, check=lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
+        n = kw.take("num_classes", num_classes, types=int)
+        if n != num_classes:
+            raise ConfigError(kw.at("num_classes"), f"{n} but the head has {num_classes} classes")
+        kw.done()
+        return ClsLoss(kind, weight, smooth, n)
+    bias = kw.take("bias", False, types=bool) if kind == "bce" else False
+    kw.done()
+    return ClsLoss(kind, weight, bias=bias)
+
+
+class PostProcess(nn.Module):
+    """UP's ``base_cls_postprocess``: the loss(es) in training, softmax scores and argmax
+    predictions in evaluation."""
+
+    def __init__(self, losses, prefix=None):
+        super().__init__()
+        self.losses = nn.ModuleList(losses)
+        self.prefix = prefix
+
+    def _key(self, idx, multi):
+        base = f"{self.prefix}." if self.prefix else ""
+        return f"{base}loss_head{idx}" if multi else f"{base}loss"
+
+    def forward(self, logits, label):
+        out = {}
+        multi = isinstance(logits, list)
+        if label is not None:
+            for idx, logit in enumerate(logits if multi else [logits]):
+                loss_fn = self.losses[idx if len(self.losses) > 1 else 0]
+                out[self._key(idx, multi)] = loss_fn(logit, label[:, idx] if multi else label)
+        if not self.training:
+            scores = [x.softmax(1) for x in logits] if multi else logits.softmax(1)
+            out["scores"] = scores
+            out["preds"] = [s.argmax(1) for s in scores] if multi else scores.argmax(1)
+        return out
+
+
+class UPClassifier(nn.Module):
+    """backbone -> head -> post-process, each under its UP entry name."""
+
+    def __init__(self, parts, num_classes):
+        super().__init__()
+        self.part_names = [name for name, _ in parts]
+        for name, module in parts:
+            self.add_module(name, module)
+        self.num_classes = num_classes
+
+    def forward(self, batch):
+        if isinstance(batch, torch.Tensor):
+            batch = {"image": batch}
+        label = batch.get("label")
+        if label is None and self.training:
+            raise ValueError("training needs batch['label']")
+        backbone, head, post = (getattr(self, n) for n in self.part_names)
+        logits = head(backbone(batch["image"]))
+        return {"logits": logits, **post(logits, label)}
+
+
+def build_head(opts, in_planes):
+    """A :class:`ClsHead` from ``base_cls_head`` kwargs; ``in_plane`` must match the backbone."""
+    num_classes = opts.take("num_classes", types=(int, list))
+    heads = num_classes if isinstance(num_classes, list) else [num_classes]
+    if not heads or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in heads):
+        raise ConfigError(opts.at("num_classes"), f"expected a positive integer or a list of them, got {num_classes!r}")
+    idx = opts.take("input_feature_idx", -1, types=int)
+    if not -len(in_planes) <= idx < len(in_planes):
+        raise ConfigError(opts.at("input_feature_idx"), f"{idx} but the backbone gives {len(in_planes)} feature maps")
+    in_plane = opts.take("in_plane", in_planes[idx], types=int)
+    if in_plane != in_planes[idx]:
+        raise ConfigError(opts.at("in_plane"), f"{in_plane} but the backbone's feature {idx} has "
+                          f"{in_planes[idx]} channels", f"set in_plane: {in_planes[idx]}")
+    opts.take("use_pool", True, only=True, why="the head pools the backbone's feature map")
+    dropout = opts.take("dropout", None, types=(float, type(None)),
+                        check=lambda v: None if v is None or 0 <= v < 1 else "must be in [0, 1)")
+    kind, kw = sub_options(opts, "classifier_cfg", "classifier")
+    if kind is not None:
+        if kind != "linear":
+            raise ConfigError(opts.at("classifier_cfg.type"), f"UP classifier {kind!r} is not mapped",
+                              "only linear (the default)")
+        kw.take("in_features", in_plane, only=in_plane)
+        kw.done()
+    opts.done()
+    return ClsHead(in_plane, num_classes, idx, dropout), num_classes
+
+
+def build_postprocess(opts, num_classes):
+    losses_cfg = opts.take("cls_loss", types=(dict, list))
+    heads = num_classes if isinstance(num_classes, list) else [num_classes]
+    entries = losses_cfg if isinstance(losses_cfg, list) else [losses_cfg]
+    if isinstance(losses_cfg, list) and len(entries) != len(heads):
+        raise ConfigError(opts.at("cls_loss"), f"{len(entries)} losses for {len(heads)} classifier heads")
+    losses = []
+    for i, entry in enumerate(entries):
+        if isinstance(losses_cfg, list):
+            holder, key = Options({i: entry}, opts.at("cls_loss"), "post-process"), i
+        else:
+            holder, key = Options({"cls_loss": entry}, opts.path, "post-process"), "cls_loss"
+        kind, kw = sub_options(holder, key, "loss")
+        path = holder.at(key) + ".type"
+        losses.append(_read_loss(kind, kw, path, heads[i] if len(entries) > 1 else heads[0]))
+    prefix = opts.take("prefix", None, types=(str, type(None)))
+    opts.take("multilabel", False, only=False, why="multi-label accuracy is not mapped")
+    opts.done()
+    return PostProcess(losses, prefix)
+
+
+def build_classifier(net_cfg, path):
+    """A :class:`UPClassifier` from the checked three-entry list."""
+    from ...errors import join_path
+    from .backbones import build_backbone
+
+    parts, opts = [], [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), f"{e['type']}")
+                       for i, e in enumerate(net_cfg)]
+    backbone, sync_group = build_backbone(net_cfg[0]["type"], opts[0])
+    opts[1].ignore("inplanes", "UP fills it from prev; in_plane is what the head reads")
+    head, num_classes = build_head(opts[1], backbone.out_planes)
+    post = build_postprocess(opts[2], num_classes)
+    parts = [(net_cfg[0]["name"], backbone), (net_cfg[1]["name"], head), (net_cfg[2]["name"], post)]
+    model = UPClassifier(parts, num_classes)
+    model.sync_bn_group_size = sync_group
+    model.up_backbone_type = net_cfg[0]["type"]
+    return model

@@ -1,0 +1,88 @@
+"""UP net types that are not mapped onto torchvision: each is refused in one line that says
+what the type is in UP and what to use instead (exit 2), never silently approximated."""
+from ...errors import ConfigError, join_path
+
+_RETINA = "the UP RetinaNet form (RetinaSubNet + retina_post) or net: {type: retinanet}"
+_YOLOX = ("net: {type: fcos} (torchvision FCOS, the closest anchor-free dense detector) or "
+          "{type: retinanet}")
+_CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m or swin_*"
+
+# type -> (what it is in UP, what we offer instead)
+REFUSED = {
+    # -- classification backbones / heads ----------------------------------------------------
+    "convnext_tiny": ("ConvNeXt-T backbone", "net: {type: convnext_tiny} (torchvision ConvNeXt-T classifier)"),
+    "convnext_small": ("ConvNeXt-S backbone", "net: {type: convnext_small} (torchvision ConvNeXt-S classifier)"),
+    "convnext_head": ("ConvNeXt's LayerNorm classification head", "net: {type: convnext_tiny|small|base|large}"),
+    "CSWin_64_12211_tiny_224": ("CSWin-T transformer backbone", "swin_tiny (UP form) or net: {type: swin_t}"),
+    "CSWin_64_24322_small_224": ("CSWin-S transformer backbone", "swin_small (UP form) or net: {type: swin_s}"),
+    "CSWin_96_24322_base_224": ("CSWin-B transformer backbone", "swin_base_224 (UP form) or net: {type: swin_b}"),
+    "vit_base_patch16_224": ("ViT-B/16 backbone", "net: {type: vit_b_16} (torchvision ViT-B/16 classifier)"),
+    "vit_head": ("ViT class-token head", "net: {type: vit_b_16}"),
+    "mobilenetv3": ("MobileNetV3 backbone", "net: {type: mobilenet_v3_large|mobilenet_v3_small}"),
+    "resnet50_D": ("ResNet-50-D backbone (deep stem, avg-pool downsampling)", "resnet50 (UP form) or net: {type: resnet50}"),
+    "fpn_cls_head": ("classification head on FPN levels (multitask)", _CLS),
+    "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
+    "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
+    "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
+    "ssl": ("self-supervised pre-training wrapper (MoCo, SimCLR, SimSiam, MAE)", "supervised training only"),
+    "base_ssl_postprocess": ("self-supervised loss post-process", "supervised training only"),
+    "self": ("whole-model options (freeze_patterns)", "frozen_layers on the backbone"),
+    # -- detection ----------------------------------------------------------------------------
+    "YoloXHead": ("YOLOX decoupled detection head", _YOLOX),
+    "YoloxPAFPN": ("YOLOX PAFPN neck", "FPN (UP form)"),
+    "yolox_post": ("YOLOX loss and post-process (SimOTA assignment)", _YOLOX),
+    "yolox": ("YOLOX CSPDarknet backbone (FPGA variant)", "resnet18/34/50/101 (UP form)"),
+    "yolox_nano": ("YOLOX-Nano CSPDarknet backbone", "resnet18 (UP form) or net: {type: ssdlite}"),
+    "yolox_tiny": ("YOLOX-Tiny CSPDarknet backbone", "resnet18 (UP form)"),
+    "yolox_s": ("YOLOX-S CSPDarknet backbone", "resnet18/34 (UP form)"),
+    "yolox_m": ("YOLOX-M CSPDarknet backbone", "resnet50 (UP form)"),
+    "yolox_l": ("YOLOX-L CSPDarknet backbone", "resnet50/101 (UP form)"),
+    "yolox_x": ("YOLOX-X CSPDarknet backbone", "resnet101 (UP form)"),
+    "DarkNetv5": ("YOLOv5 CSPDarknet backbone", "resnet18/34/50 (UP form)"),
+    "DarknetPAFPN": ("YOLOv5 PAFPN neck", "FPN (UP form)"),
+    "YoloV5Head": ("YOLOv5 anchor head", _RETINA),
+    "yolov5_post": ("YOLOv5 loss and post-process", _RETINA),
+    "EfficientRep": ("YOLOv6 EfficientRep backbone", "resnet18/34/50 (UP form)"),
+    "RepPANNeck": ("YOLOv6 Rep-PAN neck", "FPN (UP form)"),
+    "Effidehead": ("YOLOv6 efficient decoupled head", _YOLOX),
+    "RetinaHeadWithBN": ("RetinaNet head with BatchNorm (the 'improve' recipes)", _RETINA),
+    "RetinaHeadWithBNIOU": ("RetinaNet head with BatchNorm and an IoU branch", _RETINA),
+    "RetinaHeadWithIOU": ("RetinaNet head with an IoU branch (EFL recipes)", _RETINA),
+    "RetinaHeadWithBNSep": ("RetinaNet head with per-level BatchNorm (quantization)", _RETINA),
+    "retina_post_iou": ("RetinaNet post-process with IoU branch, ATSS/OTA assignment", "retina_post (UP form)"),
+    "FcosHead": ("FCOS head", "net: {type: fcos} (torchvision FCOS)"),
+    "fcos_post": ("FCOS loss and post-process", "net: {type: fcos} (torchvision FCOS)"),
+    "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
+    "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
+    "onenet_post": ("OneNet (NMS-free, minimum-cost assignment) post-process", "retina_post (UP form)"),
+    "CascadeFC": ("Cascade R-CNN box heads", "BboxFC + bbox_post (UP form: torchvision Faster R-CNN)"),
+    "BboxRes5_Pre": ("Faster R-CNN C4 (res5 RoI head) pre-process", "BboxFC_Pre + BboxFC (FPN form)"),
+    "BboxRes5": ("Faster R-CNN C4 res5 RoI head", "BboxFC_Pre + BboxFC (FPN form)"),
+    "BboxRFCN_Pre": ("R-FCN pre-process", "BboxFC_Pre + BboxFC (Faster R-CNN FPN form)"),
+    "BboxRFCN": ("R-FCN position-sensitive RoI head", "BboxFC_Pre + BboxFC (Faster R-CNN FPN form)"),
+    "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
+    "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
+    "ADAP": ("distillation feature adapter", "no distillation: train the student alone"),
+}
+for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNAS sub-network part"),
+                       ("BigRetina", "BigNAS RetinaNet head"), ("BignasRetina", "BigNAS RetinaNet head")):
+    REFUSED[_prefix] = (_what, "the plain UP part it was searched from")
+
+
+def refusal(mtype):
+    """(what, instead) for a refused UP type, or None."""
+    if not isinstance(mtype, str):
+        return None
+    if mtype in REFUSED:
+        return REFUSED[mtype]
+    for prefix in ("big_", "bignas_", "BigRetina", "BignasRetina"):
+        if mtype.startswith(prefix):
+            return REFUSED[prefix]
+    return None
+
+
+def refuse(mtype, path):
+    """Raise the one-line refusal for a UP type we do not map."""
+    what, instead = refusal(mtype)
+    raise ConfigError(join_path(path, "type"), f"{mtype} is UP's {what}, which up-trainer does not map "
+                      "onto torchvision", f"instead: {instead}")
