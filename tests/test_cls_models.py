@@ -245,8 +245,11 @@ def test_list_form_single_classifier_entry():
     ([{"name": "train", "type": "resnet18"}], "net[0].name", "cannot name a module"),
     ([], "net", "empty"),
     ("resnet18", "net", "expected"),
-    ([{"name": "backbone", "type": "resnet18"}, {"name": "head", "type": "base_cls_head"}],
+    ([{"name": "backbone", "type": "resnet18"}, {"name": "head", "type": "resnet18"}],
      "net[1]", "must be the only net entry"),
+    # UP's parts make the list UP's net form, which needs all three classification parts
+    ([{"name": "backbone", "type": "resnet18"}, {"name": "head", "type": "base_cls_head"}],
+     "net", "do not form a mapped net"),
     ([{"name": "backbone", "type": "resnet18", "kwargs": {"num_clases": 3}}], "net[0].kwargs.num_clases",
      "did you mean"),
     ([{"name": "backbone", "type": "resnt18"}], "net[0].type", "did you mean 'resnet18'"),

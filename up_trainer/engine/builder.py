@@ -141,7 +141,8 @@ def check_class_count(model, net_cfg, datasets):
     predicted = getattr(model, "num_classes", None)
     if not isinstance(predicted, int):
         return  # a composed or user net that does not say
-    key = "net[0].kwargs.num_classes" if isinstance(net_cfg, list) else "net.kwargs.num_classes"
+    key = getattr(model, "num_classes_path", None) or (  # a UP net says where its count is
+        "net[0].kwargs.num_classes" if isinstance(net_cfg, list) else "net.kwargs.num_classes")
     for path, dataset in datasets:
         held = getattr(dataset, "num_classes", None)
         if not isinstance(held, int):
@@ -161,9 +162,29 @@ def special_bn_init(model):
             m.eps, m.momentum = 1e-3, 0.03
 
 
+def _sync_bn_group(group_size):
+    """The process group of this rank for SyncBatchNorm: all processes (None) unless UP's
+    ``group_size`` splits them into consecutive groups of that many ranks."""
+    import torch.distributed as tdist
+
+    world = tdist.get_world_size()
+    if not group_size or group_size >= world:
+        return None
+    if world % group_size:
+        raise ConfigError("net[0].kwargs.normalize.kwargs.group_size", f"{group_size} does not divide the "
+                          f"{world} processes")
+    mine = None
+    for start in range(0, world, group_size):  # every rank creates every group, in the same order
+        group = tdist.new_group(list(range(start, start + group_size)))
+        if start <= tdist.get_rank() < start + group_size:
+            mine = group
+    return mine
+
+
 def wrap_ddp(model, device, rt):
-    if rt["sync_bn"]:
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    group_size = getattr(model, "sync_bn_group_size", None)  # a UP net's normalize: sync_bn
+    if rt["sync_bn"] or group_size is not None:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model, _sync_bn_group(group_size))
     ids = [device.index] if device.type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids,
                                                      find_unused_parameters=rt["find_unused_parameters"])
@@ -206,7 +227,11 @@ def load_pretrained(module, path):
         weights = load_weights(path)
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
-    return load_fitting(module, _match_prefixes(weights, module.state_dict()), f"pretrain_model {path}")
+    weights = _match_prefixes(weights, module.state_dict())
+    translate = getattr(module, "translate_up_weights", None)  # a UP net: UP's parameter names too
+    if translate is not None:
+        weights = translate(weights)
+    return load_fitting(module, weights, f"pretrain_model {path}")
 
 
 def _match_prefixes(weights, own):

@@ -6,7 +6,8 @@ A trunk takes an image batch and returns the list of feature maps UP's ``out_lay
 load as they are and UP-named weights load through :mod:`.keymap`. ``frozen_layers`` (UP's
 stage indices, 0 = stem) freeze those stages: no gradients and BatchNorm kept in eval mode.
 """
-import torch
+import math
+
 import torchvision
 from torch import nn
 from torchvision.ops import stochastic_depth
@@ -164,9 +165,7 @@ def build_regnet(arch, opts):
     _check_strides(opts, out_layers, [2, 4, 8, 16, 32])
     init = read_initializer(opts)
     opts.done()
-    with torch.device("cpu"):  # the width rule runs on real tensors even when checking on "meta"
-        params = BlockParams.from_init_params(**REGNETS[arch])
-    net = RegNet(params, norm_layer=norm)
+    net = RegNet(_regnet_params(BlockParams, **REGNETS[arch]), norm_layer=norm)
     stage_blocks = list(net.trunk_output.children())
     stages = [(("stem",), (net.stem,))] + [((f"s{i + 1}",), (b,)) for i, b in enumerate(stage_blocks)]
     planes = [net.stem[0].out_channels] + [b[-1].f.c[0].out_channels for b in stage_blocks]
@@ -174,6 +173,24 @@ def build_regnet(arch, opts):
                   frozen)
     initialize(trunk, init)
     return trunk, sync
+
+
+def _regnet_params(BlockParams, depth, w_0, w_a, w_m, group_width, se_ratio=None, q=8):
+    """RegNet's widths from its design parameters, rounded as UP rounds them (Python's
+    round-half-even when fitting widths to the group width; torchvision rounds half up, which
+    gives RegNetX-400MF a last stage of 400 channels where UP's has 384)."""
+    widths, depths = [], []
+    for j in range(depth):
+        k = round(math.log((j * w_a + w_0) / w_0) / math.log(w_m))
+        w = int(round(w_0 * w_m ** k / q) * q)
+        if widths and widths[-1] == w:
+            depths[-1] += 1
+        else:
+            widths.append(w), depths.append(1)
+    groups = [min(group_width, w) for w in widths]
+    widths = [int(round(w / g) * g) for w, g in zip(widths, groups)]
+    return BlockParams(depths=depths, widths=widths, group_widths=groups,
+                       bottleneck_multipliers=[1.0] * len(widths), strides=[2] * len(widths), se_ratio=se_ratio)
 
 
 class SwinTrunk(nn.Module):

@@ -197,4 +197,15 @@ def build_classifier(net_cfg, path):
     model = UPClassifier(parts, num_classes)
     model.sync_bn_group_size = sync_group
     model.up_backbone_type = net_cfg[0]["type"]
+    model.num_classes_path = join_path(join_path(path, 1), "kwargs.num_classes")
     return model
+
+
+def _translate_up_weights(self, state):
+    """UP-named weights (a UP checkpoint or ``pretrain_model``) renamed to ours."""
+    from .keymap import family, translate
+
+    return translate(state, {self.part_names[0]: family(self.up_backbone_type)})
+
+
+UPClassifier.translate_up_weights = _translate_up_weights

@@ -1,0 +1,64 @@
+"""UP parameter names -> ours, per mapped backbone, so UP-trained checkpoints and UP's
+``pretrain_model`` files load (through the tolerant loader, which reports what did not fit).
+
+Names are rewritten by ordered regular expressions over the part of a key after the
+backbone's entry name; keys that match no rule keep their name (UP's head and our head share
+``classifier``). Buffers torchvision recomputes (Swin's relative position index and shift
+masks) and UP's outputs we do not build (Swin's norm0-2) simply find no counterpart.
+"""
+import re
+
+_RESNET = [(r"^layer0\.0\.", "conv1."), (r"^layer0\.1\.", "bn1.")]
+_MOBILENETV2 = [  # UP's block: conv.{0,1} expand, {3,4} depthwise, {6,7} project
+    (r"^features\.(0|18)\.(\d)\.", r"features.\1.\2."),
+    (r"^(features\.\d+)\.conv\.0\.", r"\1.conv.0.0."), (r"^(features\.\d+)\.conv\.1\.", r"\1.conv.0.1."),
+    (r"^(features\.\d+)\.conv\.3\.", r"\1.conv.1.0."), (r"^(features\.\d+)\.conv\.4\.", r"\1.conv.1.1."),
+    (r"^(features\.\d+)\.conv\.6\.", r"\1.conv.2."), (r"^(features\.\d+)\.conv\.7\.", r"\1.conv.3."),
+]
+_REGNET = [
+    (r"^stem\.conv\.", "stem.0."), (r"^stem\.bn\.", "stem.1."),
+    (r"^(s\d)\.b(\d+)\.", lambda m: f"{m[1]}.block{m[1][1:]}-{int(m[2]) - 1}."),
+    (r"^(s\d\.block\d-\d+)\.proj\.", r"\1.proj.0."), (r"^(s\d\.block\d-\d+)\.bn\.", r"\1.proj.1."),
+    (r"\.f\.(a|b|c)\.", r".f.\1.0."), (r"\.f\.(a|b|c)_bn\.", r".f.\1.1."),
+    (r"\.f\.se\.f_ex\.0\.", ".f.se.fc1."), (r"\.f\.se\.f_ex\.2\.", ".f.se.fc2."),
+]
+_SWIN = [
+    (r"^patch_embed\.proj\.", "features.0.0."), (r"^patch_embed\.norm\.", "features.0.2."),
+    (r"^layers\.(\d+)\.blocks\.(\d+)\.", lambda m: f"features.{2 * int(m[1]) + 1}.{m[2]}."),
+    (r"^layers\.(\d+)\.downsample\.", lambda m: f"features.{2 * int(m[1]) + 2}."),
+    (r"\.mlp\.fc1\.", ".mlp.0."), (r"\.mlp\.fc2\.", ".mlp.3."), (r"^norm3\.", "norm."),
+]
+RULES = {"resnet": _RESNET, "mobilenetv2": _MOBILENETV2, "regnet": _REGNET, "swin": _SWIN}
+# A name only UP's layout has: a file holding one is UP-named (UP's and our names overlap, e.g.
+# MobileNetV2's ``features.1.conv.3``, so names are never translated one by one).
+SIGNATURES = {"resnet": r"^layer0\.", "mobilenetv2": r"^features\.\d+\.conv\.6\.", "regnet": r"^stem\.conv\.",
+              "swin": r"^(patch_embed|layers)\."}
+
+
+def family(backbone_type):
+    for prefix in ("resnet", "mobilenetv2", "regnet", "swin"):
+        if backbone_type.startswith(prefix):
+            return prefix
+    raise KeyError(backbone_type)
+
+
+def rename(key, rules):
+    for pattern, repl in rules:
+        key = re.sub(pattern, repl, key)
+    return key
+
+
+def translate(state, parts):
+    """``state`` with UP names rewritten to ours. ``parts``: {entry name: family} for the
+    parts whose inner names differ. A part is rewritten only when the file holds a name only
+    UP's layout has, so our own checkpoints and torchvision-named files pass unchanged."""
+    todo = {}
+    for name, fam in parts.items():
+        inner = [k[len(name) + 1:] for k in state if k.startswith(name + ".")]
+        if any(re.match(SIGNATURES[fam], k) for k in inner):
+            todo[name] = RULES[fam]
+    out = {}
+    for key, value in state.items():
+        name, _, rest = key.partition(".")
+        out[f"{name}.{rename(rest, todo[name])}" if name in todo else key] = value
+    return out
