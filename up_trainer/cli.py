@@ -136,8 +136,19 @@ def config_cmd(ctx, config_path, opts):
     import yaml
 
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    _check_up_net(cfg["net"])
     click.echo(origin_header(cfg), nl=False)
     click.echo(yaml.safe_dump(cfg, sort_keys=False), nl=False)
+
+
+def _check_up_net(net):
+    """UP's net list is checked kwarg by kwarg, so ``up config`` fails where ``up train`` would
+    (torch is imported only for such a list)."""
+    if isinstance(net, list):
+        from .tasks.up_nets import check_up_net, is_up_net
+
+        if is_up_net(net):
+            check_up_net(net)
 
 
 def origin_header(cfg):

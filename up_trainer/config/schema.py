@@ -164,18 +164,7 @@ def validate(cfg):
         out["hooks"] = []
     if "net" not in out or out["net"] is None:
         raise ConfigError("net", "required section is missing", "e.g. net: {type: resnet18, kwargs: {num_classes: 10}}")
-    _check_up_net(out["net"])
     return out
-
-
-def _check_up_net(net):
-    """UP's net list is checked here, kwarg by kwarg, so ``up config`` fails where ``up train``
-    would (torch is imported only for such a list)."""
-    if isinstance(net, list):
-        from ..tasks.up_nets import check_up_net, is_up_net
-
-        if is_up_net(net):
-            check_up_net(net)
 
 
 def _normalize_dataset(ds):
