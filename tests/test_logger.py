@@ -215,6 +215,30 @@ def test_tty_gets_a_live_bar_cleared_around_lines(tmp_path, clock, monkeypatch, 
     assert text.endswith("\r\x1b[K")  # the bar is gone when training ends
 
 
+def test_tty_bar_is_cleared_before_other_hooks_lines(tmp_path, clock, monkeypatch, up_log):
+    """Another hook's log line (memory_checkpoint's plan, a warning) starts on a clean line."""
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    monkeypatch.setattr(tvl.sys, "stdout", out)
+    console = logging.StreamHandler(out)  # what setup_logging installs: the console is the bar's stream
+    logging.getLogger("up").addHandler(console)
+    try:
+        hook = tvl.TrainValLogger(freq=1000, summary_writer="none", plot=False)
+        trainer = fake_trainer(tmp_path)
+        hook.before_train(trainer)
+        drive(hook, trainer, clock, 3, lambda it: (0.1, 0.1, 0.1, 0.1))
+        assert out.getvalue().rstrip().split("\r")[-1].startswith("|")  # the bar is on screen
+        logging.getLogger("up").info("memory_checkpoint: plan ready")
+        assert "\r\x1b[Kmemory_checkpoint: plan ready\n" in out.getvalue()
+        hook.after_train(trainer)
+        assert console.filters == []  # nothing left behind on the console handler
+    finally:
+        logging.getLogger("up").removeHandler(console)
+
+
 def test_resumed_run_continues_rows_without_duplicates(tmp_path, clock, non_tty, up_log):
     first = tvl.TrainValLogger(freq=5, summary_writer="none", plot=False)
     trainer = fake_trainer(tmp_path, epoch_len=10, max_epoch=2)

@@ -114,6 +114,8 @@ class TrainValLogger(Hook):
         self._stream = sys.stdout
         self._tty = self._main and self.progress_bar and _isatty(self._stream)
         self._bar_t, self._bar_shown = 0.0, False
+        if self._tty:
+            self._attach_bar_clearing()
         if not self._main:
             return
         from ..writers.table import MetricsTable
@@ -136,6 +138,7 @@ class TrainValLogger(Hook):
         log.info("logging every %d iterations to %s", self._freq, where)
 
     def after_train(self, trainer):
+        self._detach_bar_clearing()
         self._clear_bar()
         self._close_writer()
         if self._main and self.plot and self.table is not None:
@@ -147,6 +150,7 @@ class TrainValLogger(Hook):
                 log.warning("could not draw results.png: %s", exc)
 
     def on_exception(self, trainer, exc):
+        self._detach_bar_clearing()
         self._clear_bar()
         self._close_writer()
 
@@ -270,6 +274,22 @@ class TrainValLogger(Hook):
         self._stream.write(text)
         self._stream.flush()
         self._bar_t, self._bar_shown = now, True
+
+    # Any record of the "up" logger (another hook's line, a warning) first wipes the bar, so a
+    # line never starts glued to it; the bar comes back at the next redraw.
+    def _attach_bar_clearing(self):
+        self._bar_handlers = list(logging.getLogger("up").handlers)
+        for handler in self._bar_handlers:
+            handler.addFilter(self._clear_bar_before_record)
+
+    def _detach_bar_clearing(self):
+        for handler in getattr(self, "_bar_handlers", ()):
+            handler.removeFilter(self._clear_bar_before_record)
+        self._bar_handlers = []
+
+    def _clear_bar_before_record(self, record):
+        self._clear_bar()
+        return True
 
     def _clear_bar(self):
         if getattr(self, "_bar_shown", False):
