@@ -37,6 +37,7 @@ def list_inputs(path):
 def load_model(cfg, checkpoint, device, use_ema=True):
     from .engine.checkpoint import load_checkpoint
     from .weights import load_weights
+    from .engine.checkpoint_fit import load_fitting_weights
     from .tasks.net import build_model
 
     model = build_model(cfg["net"])
@@ -47,10 +48,7 @@ def load_model(cfg, checkpoint, device, use_ema=True):
             weights = ckpt["ema"]["model"]
     except CheckpointError:
         weights = load_weights(checkpoint)
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{checkpoint} does not match the configured net: {len(missing)} missing keys "
-                              f"(e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    load_fitting_weights(model, weights, checkpoint)
     return model.to(device).eval()
 
 

@@ -131,6 +131,7 @@ def write_eval_results(trainer, metrics, echo=True):
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
     from .engine.builder import build_trainer
     from .engine.checkpoint import load_checkpoint
+    from .engine.checkpoint_fit import load_fitting_weights
     from .engine.hooks import HookList
     from .weights import load_weights
 
@@ -140,16 +141,12 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
     try:
         ckpt = load_checkpoint(checkpoint)
         weights = ckpt["model"]
-        if use_ema and ckpt.get("ema") and isinstance(ckpt["ema"].get("model"), dict):
+        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
             weights = ckpt["ema"]["model"]
             log.info("evaluating the EMA weights (--no-ema for the raw ones)")
     except CheckpointError:
         weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
-    missing, unexpected = trainer.module.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{checkpoint} does not match the configured net: "
-                              f"{len(missing)} missing keys (e.g. {missing[:3]}), "
-                              f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    load_fitting_weights(trainer.module, weights, checkpoint)
     require_evaluator(trainer)
     metrics = trainer.evaluate()
     write_eval_results(trainer, metrics)

@@ -13,7 +13,11 @@ from optim_helpers import digits_cfg  # noqa: F401  (registers test_mlp / test_c
 
 def tiny_cfg(**sections):
     """test_mlp on 32 digits, batch 16: two iterations per epoch, one epoch, no logger."""
-    return digits_cfg(train_subset=32, test_subset=16, max_epoch=1, **sections)
+    net = sections.pop("net", None)
+    cfg = digits_cfg(train_subset=32, test_subset=16, max_epoch=1, **sections)
+    if net is not None:
+        cfg["net"] = net
+    return cfg
 
 
 def write_yaml(path, cfg):

@@ -200,7 +200,11 @@ def restore(trainer, resume=None, work_dir=None):
     if saver["auto_resume"]:
         path, ckpt = trainer.store.find_resumable()
         if ckpt is not None:
-            trainer.load_checkpoint(ckpt, path)
+            try:
+                trainer.load_checkpoint(ckpt, path)
+            except CheckpointError as exc:  # never a silent fresh start over a run that exists
+                raise CheckpointError(f"auto_resume: {exc}; if the config changed on purpose, train in "
+                                      "another --work-dir or saver.save_dir") from None
             return path
         log.info("auto_resume: no checkpoint in %s, starting fresh", trainer.store.save_dir)
     if saver["resume_model"]:
@@ -217,7 +221,10 @@ def _full_resume(trainer, path, source):
         ckpt = load_checkpoint(path)
     except CheckpointError as exc:
         raise CheckpointError(f"{source}: {exc}") from None
-    trainer.load_checkpoint(ckpt, path)
+    try:
+        trainer.load_checkpoint(ckpt, path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
     return path
 
 

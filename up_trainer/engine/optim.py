@@ -153,6 +153,7 @@ class Optimization:
     def state_dict(self):
         return {
             "optimizer": self.optimizer.state_dict(),
+            "optimizer_type": type(self.optimizer).__name__,  # checked before a resume loads the state
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
         }

@@ -32,3 +32,21 @@ def set_rng_state(state):
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     if state.get("cuda") and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rng_state_problem(state):
+    """What is wrong with a saved RNG state (a hand-edited checkpoint), or None."""
+    if not isinstance(state, dict):
+        return f"is a {type(state).__name__}, not a dict"
+    for key in ("torch", "python", "numpy"):
+        if key not in state:
+            return f"lacks '{key}'"
+    if not (isinstance(state["torch"], torch.Tensor) and state["torch"].dtype == torch.uint8):
+        return "'torch' is not a uint8 tensor"
+    py, n = state["python"], state["numpy"]
+    if not (isinstance(py, dict) and {"version", "state", "gauss"} <= set(py) and isinstance(py["state"], list)):
+        return "'python' is not {version, state, gauss}"
+    if not (isinstance(n, dict) and {"name", "keys", "pos", "has_gauss", "cached"} <= set(n)
+            and isinstance(n["keys"], torch.Tensor)):
+        return "'numpy' is not {name, keys, pos, has_gauss, cached}"
+    return None

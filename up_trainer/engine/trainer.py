@@ -13,6 +13,7 @@ from ..data.loader import to_device
 from ..errors import TrainingInterrupted
 from . import schedule
 from .checkpoint_policy import CheckpointPolicy
+from .checkpoint_fit import check_resumable
 from .rng import rng_state, set_rng_state
 from .scalars import Scalars
 from .state import TrainState
@@ -206,7 +207,9 @@ class Trainer:
         return paths
 
     def load_checkpoint(self, ckpt, path="checkpoint"):
-        """Full resume: model, optimizer, schedule, scaler, EMA, position, hooks, RNG."""
+        """Full resume: model, optimizer, schedule, scaler, EMA, position, hooks, RNG; all of
+        it is checked against this trainer first, so a misfit loads nothing."""
+        check_resumable(self, ckpt, path)
         self.module.load_state_dict(ckpt["model"])
         if self.optim is not None and ckpt.get("optimizer") is not None:
             self.optim.load_state_dict(ckpt)

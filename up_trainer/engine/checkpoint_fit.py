@@ -1,0 +1,130 @@
+"""Does a checkpoint fit the configured trainer? Checked before anything is loaded.
+
+A checkpoint of another architecture or class count, written by another optimizer, without
+optimizer state, or edited by hand would otherwise fail half-way through loading (a size
+mismatch traceback, ``KeyError: 'step'`` at the first Adam step) or, worse, load silently.
+Each check raises one :class:`CheckpointError` naming the first key that does not fit.
+"""
+import torch
+
+from ..errors import CheckpointError
+
+
+def _shape(t):
+    return tuple(t.shape)
+
+
+def first_weight_mismatch(own, saved):
+    """A sentence about the first key where state dict ``saved`` does not fit ``own``, or None."""
+    if not isinstance(saved, dict):
+        return f"its weights are a {type(saved).__name__}, not a state dict"
+    for key, tensor in own.items():
+        if key not in saved:
+            return f"{key} is in the configured net but not in the checkpoint"
+        value = saved[key]
+        if not isinstance(value, torch.Tensor):
+            return f"{key} is a {type(value).__name__} in the checkpoint, not a tensor"
+        if value.shape != tensor.shape:
+            return f"{key} has shape {_shape(value)} in the checkpoint, {_shape(tensor)} in the configured net"
+    for key in saved:
+        if key not in own:
+            return f"{key} is in the checkpoint but not in the configured net"
+    return None
+
+
+def check_weights(module, saved, path, what="weights"):
+    problem = first_weight_mismatch(module.state_dict(), saved)
+    if problem:
+        raise CheckpointError(f"{path}: the checkpoint's {what} do not fit the configured net: {problem} "
+                              "(another architecture or class count?)")
+
+
+def load_fitting_weights(module, weights, path):
+    """Load ``weights`` into ``module`` when every key and shape fits; else one error line."""
+    check_weights(module, weights, path)
+    module.load_state_dict(weights)
+
+
+def optimizer_type(optimizer):
+    return type(optimizer).__name__
+
+
+def _hyper_keys(groups):
+    return {k for g in groups for k in g if k not in ("params", "lr", "initial_lr")}
+
+
+def check_optimizer(optimizer, saved, saved_type, path):
+    """The saved optimizer state must come from the same optimizer class over the same params."""
+    where = f"{path}: the checkpoint's optimizer state does not fit trainer.optimizer"
+    own_type = optimizer_type(optimizer)
+    if saved_type is not None and saved_type != own_type:
+        raise CheckpointError(f"{where}: it was written by {saved_type}, the config builds {own_type}")
+    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) \
+            or not isinstance(saved.get("state"), dict):
+        raise CheckpointError(f"{where}: it is not an optimizer state dict (needs 'state' and 'param_groups')")
+    own_groups, saved_groups = optimizer.param_groups, saved["param_groups"]
+    if not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in saved_groups):
+        raise CheckpointError(f"{where}: a param group without a 'params' list")
+    if saved_type is None:  # older checkpoints do not name the class: its hyper-parameters tell
+        extra, lacking = _hyper_keys(saved_groups) - _hyper_keys(own_groups), \
+            _hyper_keys(own_groups) - _hyper_keys(saved_groups)
+        if extra or lacking:
+            diff = ", ".join(sorted(extra)) or ", ".join(sorted(lacking))
+            raise CheckpointError(f"{where}: it was written by another optimizer class (hyper-parameters "
+                                  f"differ: {diff}), the config builds {own_type}")
+    if len(saved_groups) != len(own_groups):
+        raise CheckpointError(f"{where}: {len(saved_groups)} param groups in the checkpoint, "
+                              f"{len(own_groups)} configured (paramwise_cfg/pconfig or frozen layers changed?)")
+    params = {}
+    for i, (mine, theirs) in enumerate(zip(own_groups, saved_groups)):
+        if len(mine["params"]) != len(theirs["params"]):
+            raise CheckpointError(f"{where}: param group {i} holds {len(theirs['params'])} tensors in the "
+                                  f"checkpoint, {len(mine['params'])} configured")
+        params.update(zip(theirs["params"], mine["params"]))
+    for index, state in saved["state"].items():
+        if index not in params or not isinstance(state, dict):
+            raise CheckpointError(f"{where}: state for parameter {index!r}, which the configured optimizer lacks")
+        own_shape = _shape(params[index])
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and _shape(value) != own_shape:
+                raise CheckpointError(f"{where}: state.{index}.{name} has shape {_shape(value)}, "
+                                      f"the parameter {own_shape}")
+
+
+def _check_types(ckpt, path):
+    """Hand-edited checkpoints: every part the trainer reads has the type it writes."""
+    expected = {"epoch": int, "iter": int, "state": (dict, type(None)), "hooks": (dict, type(None)),
+                "rng": (dict, type(None)), "ema": (dict, type(None)), "lr_scheduler": (dict, type(None)),
+                "scaler": (dict, type(None)), "rng_ranks": (list, type(None))}
+    for key, types in expected.items():
+        value = ckpt.get(key)
+        if (key in ckpt or types is int) and (isinstance(value, bool) or not isinstance(value, types)):
+            names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+            raise CheckpointError(f"{path}: '{key}' should be a {names.replace('NoneType', 'null')}, got "
+                                  f"{type(value).__name__} {str(value)[:40]}: the file was edited or is not ours")
+    for name, state in (ckpt.get("hooks") or {}).items():
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{path}: hooks.{name} is a {type(state).__name__}, not a dict")
+    from .rng import rng_state_problem
+
+    states = [("rng", ckpt.get("rng"))] + [(f"rng_ranks[{i}]", s) for i, s in enumerate(ckpt.get("rng_ranks") or [])]
+    for key, state in states:
+        problem = rng_state_problem(state) if state is not None else None
+        if problem:
+            raise CheckpointError(f"{path}: '{key}' {problem}: the file was edited or is not ours")
+
+
+def check_resumable(trainer, ckpt, path):
+    """Everything a full resume loads, compared with the trainer before any of it is loaded."""
+    _check_types(ckpt, path)
+    check_weights(trainer.module, ckpt["model"], path)
+    if trainer.optim is None:
+        return
+    if ckpt.get("optimizer") is None:
+        raise CheckpointError(f"{path} holds no optimizer state, so resuming would restart the optimizer "
+                              "from scratch; to start a new run from its weights, give it as "
+                              "saver.pretrain_model instead")
+    check_optimizer(trainer.optim.optimizer, ckpt["optimizer"], ckpt.get("optimizer_type"), path)
+    ema = ckpt.get("ema")
+    if ema is not None and "model" in ema:  # loaded by the ema hook when it is enabled
+        check_weights(trainer.module, ema["model"], path, what="EMA weights")
