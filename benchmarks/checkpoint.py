@@ -7,6 +7,11 @@ state: `blocked` is the time `CheckpointStore.save` takes with async_write (a CP
 state; serialization, fsync and renames run on a background thread), `sync` the same store
 writing synchronously (torch.save + fsync + os.replace + directory fsync). Runs alternate;
 medians are printed. Target: blocked <= 10 % of sync.
+
+The second table is the cost of the CRC-32s that let a load detect flipped bytes: the same
+synchronous write with torch's per-record CRC-32 on (as CheckpointStore writes) and off, and on
+the load side ``verify_checksums`` (reading every record back against its CRC) beside the
+``torch.load`` it precedes.
 """
 import argparse
 import statistics
@@ -17,7 +22,7 @@ import torch
 import torchvision
 
 from up_trainer.engine.allocator import tune_malloc
-from up_trainer.engine.checkpoint import CheckpointStore
+from up_trainer.engine.checkpoint import CheckpointStore, atomic_write_bytes, verify_checksums
 
 
 def full_state(model):
@@ -47,6 +52,28 @@ def measure(state, repeats):
     return statistics.median(blocked), statistics.median(sync)
 
 
+def measure_checksums(state, repeats):
+    """Median seconds: write with CRC-32, write without, verify, torch.load."""
+    with_crc, without, verify, load = [], [], [], []
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/ckpt.pth"
+        for _ in range(repeats):
+            for crc, times in ((True, with_crc), (False, without)):
+                torch.serialization.set_crc32_options(crc)
+                t = time.perf_counter()
+                atomic_write_bytes(path, lambda f: torch.save(state, f))
+                times.append(time.perf_counter() - t)
+            torch.serialization.set_crc32_options(True)
+            atomic_write_bytes(path, lambda f: torch.save(state, f))
+            t = time.perf_counter()
+            assert verify_checksums(path) is None
+            verify.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            torch.load(path, map_location="cpu", weights_only=True)
+            load.append(time.perf_counter() - t)
+    return [statistics.median(x) for x in (with_crc, without, verify, load)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
@@ -58,6 +85,12 @@ def main():
         b, s = measure(state, args.repeats)
         print(f"{name:<22}{megabytes(state):>11.1f}{s * 1e3:>10.1f}{b * 1e3:>12.1f}{b / s:>8.3f}")
     print("target: blocked / sync <= 0.10")
+    print(f"\n{'model':<22}{'save crc ms':>12}{'no crc ms':>10}{'cost':>7}{'verify ms':>11}{'load ms':>9}")
+    for name in ("mobilenet_v3_small", "resnet50"):
+        state = full_state(getattr(torchvision.models, name)(weights=None))
+        crc, plain, verify, load = measure_checksums(state, args.repeats)
+        print(f"{name:<22}{crc * 1e3:>12.1f}{plain * 1e3:>10.1f}{crc / plain - 1:>+7.0%}{verify * 1e3:>11.1f}"
+              f"{load * 1e3:>9.1f}")
 
 
 if __name__ == "__main__":

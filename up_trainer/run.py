@@ -12,6 +12,46 @@ from .errors import CheckpointError, ConfigError
 log = logging.getLogger("up")
 
 
+class RunLogFile(logging.FileHandler):
+    """train.log. When the disk fills up, the console keeps every line and the run goes on to
+    the checkpoint write, which reports the cause in one line; no logging traceback per record."""
+
+    failed = False
+
+    def handleError(self, record):
+        if not self.failed:
+            self.failed = True
+            error = sys.exc_info()[1]
+            print(f"up: cannot append to {self.baseFilename} ({getattr(error, 'strerror', None) or error}); "
+                  "logging to the console only", flush=True)
+
+
+def check_writable(path, what):
+    """Fail at start, in one line, when ``path`` (or the folder that would hold it) cannot take a
+    file: read-only, not ours, or a full disk. Nothing is created that was not there."""
+    probe_dir = os.path.abspath(path)
+    while not os.path.isdir(probe_dir):
+        if os.path.exists(probe_dir):
+            raise ConfigError(what, f"{path} is not a directory")
+        parent = os.path.dirname(probe_dir)
+        if parent == probe_dir:
+            break
+        probe_dir = parent
+    probe = os.path.join(probe_dir, f".up-write-test.{os.getpid()}")
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise ConfigError(what, f"cannot write in {probe_dir}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
 def setup_logging(run_dir, is_main=True):
     """Console on stdout (rank 0); a train.log file in the run dir too."""
     logger = logging.getLogger("up")
@@ -27,7 +67,7 @@ def setup_logging(run_dir, is_main=True):
         logger.addHandler(console)
         if run_dir:
             os.makedirs(run_dir, exist_ok=True)
-            fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
+            fh = RunLogFile(os.path.join(run_dir, "train.log"))
             fh.setFormatter(fmt)
             logger.addHandler(fh)
     else:
@@ -85,6 +125,10 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
 
     run_dir = work_dir or os.getcwd()
     is_main = DistInfo().is_main
+    if is_main:
+        check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
+        if not evaluate_only:
+            check_writable(resolve_path(cfg["saver"]["save_dir"], work_dir), "saver.save_dir")
     setup_logging(run_dir, is_main)
     if resume and not os.path.exists(resume):
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")

@@ -19,6 +19,12 @@ def load_weights(path):
     """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one."""
     if not os.path.exists(path):
         raise CheckpointError(f"weights file not found: {path}")
+    if os.path.isfile(path):
+        from .engine.checkpoint import verify_checksums  # here: that module imports this one
+
+        bad = verify_checksums(path)
+        if bad:
+            raise CheckpointError(f"weights file {path} is corrupt: {bad}")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -120,3 +120,42 @@ def test_hand_edited_epoch(tmp_path, trained_run):  # noqa: F811
     save_dir = copy_run(trained_run, tmp_path / "src")
     resume_attempt(tmp_path, trained_run, "'epoch' should be a int, got str one",
                    ckpt=edited(save_dir, tmp_path, epoch="one"))
+
+
+def flip_tensor_byte(path, tensor):
+    """Flip one byte in the middle of ``tensor``'s payload inside checkpoint file ``path``."""
+    data = bytearray(path.read_bytes())
+    payload = tensor.numpy().tobytes()
+    start = data.find(payload)
+    assert start > 0 and data.find(payload, start + 1) < 0, "payload not found once"
+    data[start + len(payload) // 2] ^= 0x40
+    with open(path, "r+b") as f:  # in place: every hard link to the file sees the flip, as on a bad disk
+        f.write(data)
+
+
+def test_flipped_tensor_bytes_are_reported(tmp_path, trained_run):  # noqa: F811
+    save_dir = copy_run(trained_run, tmp_path / "src")
+    bad = edited(save_dir, tmp_path)  # an exact copy
+    flip_tensor_byte(bad, torch.load(bad, weights_only=True)["model"]["backbone.1.weight"])
+    line = resume_attempt(tmp_path, trained_run, f"--resume: checkpoint {bad} is corrupt", ckpt=bad)
+    assert "CRC-32" in line
+    cfg = write_yaml(tmp_path / "eval.yaml", tiny_cfg())
+    assert_one_line(invoke(["eval", "--config", cfg, "--checkpoint", bad]), "is corrupt", "CRC-32")
+
+
+def test_auto_resume_falls_back_past_flipped_bytes(tmp_path):
+    """Epochs 1 and 2 saved, epoch 2's file damaged: auto_resume takes epoch 1 and finishes."""
+    first = train(tmp_path, trainer={"max_epoch": 2}, saver={"save_dir": "checkpoints", "auto_resume": True})
+    assert first.exit_code == 0, (first.stderr, first.exception)
+    save_dir = tmp_path / "checkpoints"
+    e1 = fingerprint(save_dir)["ckpt_e1.pth"]
+    newest = save_dir / "ckpt_e2.pth"
+    flip_tensor_byte(newest, torch.load(newest, weights_only=True)["model"]["backbone.3.weight"])
+    result = train(tmp_path, trainer={"max_epoch": 3}, saver={"save_dir": "checkpoints", "auto_resume": True})
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    skipped = [line for line in result.stdout.splitlines() if "auto_resume: skipping" in line]
+    assert skipped and all("is corrupt" in line and "CRC-32" in line for line in skipped), result.stdout
+    assert "resumed from " + str(save_dir / "ckpt_e1.pth") in result.stdout
+    after = fingerprint(save_dir)
+    assert after["ckpt_e1.pth"] == e1  # the valid checkpoint it fell back to is untouched
+    assert torch.load(save_dir / "ckpt_e3.pth", weights_only=True)["epoch"] == 3

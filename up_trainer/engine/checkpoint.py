@@ -89,10 +89,22 @@ def atomic_write_bytes(final, write):
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(exc, OSError):
-            raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}") from None
+        cause = _os_error_in(exc)
+        if cause is not None:
+            raise CheckpointError(f"cannot write checkpoint {final}: {cause.strerror or cause}; "
+                                  "the checkpoints written before it are intact") from None
         raise
     _fsync_dir(os.path.dirname(final) or ".")
+
+
+def _os_error_in(exc):
+    """The OSError behind ``exc``: itself, or the one torch's zip writer turned into a
+    RuntimeError ("unexpected pos ...") when the file object's write failed (disk full)."""
+    for _ in range(8):
+        if exc is None or isinstance(exc, OSError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def atomic_link(src, final):
@@ -115,8 +127,42 @@ def atomic_link(src, final):
             os.unlink(tmp)
         except OSError:
             pass
-        raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}") from None
+        raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}; "
+                              "the checkpoints written before it are intact") from None
     _fsync_dir(os.path.dirname(final) or ".")
+
+
+def verify_checksums(path):
+    """Read every record of a torch zip file and compare it with the CRC-32 stored beside it.
+
+    torch.save writes a CRC-32 of each record (each tensor storage and the pickle) into the
+    zip headers but torch.load never checks them, so flipped bytes would load without a word.
+    Returns None when all match (or the file is not a zip: torch's legacy format), else one
+    sentence naming the first bad record."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return None
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as record:
+                    while record.read(_VERIFY_CHUNK):
+                        pass
+    except zipfile.BadZipFile as exc:  # "Bad CRC-32 for file 'x/data/0'", or a damaged header
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else "damaged zip structure"
+    except (OSError, EOFError, ValueError, NotImplementedError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_VERIFY_CHUNK = 1 << 22
+
+
+def _enable_write_checksums():
+    """Make sure torch.save stores the CRC-32s :func:`verify_checksums` reads back (it does by
+    default; an off switch in user code would make every new checkpoint fail verification)."""
+    getter = getattr(torch.serialization, "get_crc32_options", None)
+    if getter is not None and not getter():
+        torch.serialization.set_crc32_options(True)
 
 
 def load_checkpoint(path, map_location="cpu"):
@@ -128,6 +174,9 @@ def load_checkpoint(path, map_location="cpu"):
     size = os.path.getsize(path)
     if size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
+    bad = verify_checksums(path)
+    if bad:
+        raise CheckpointError(f"checkpoint {path} is corrupt ({size} bytes): {bad}")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -225,12 +274,16 @@ class CheckpointStore:
         return [self.path(n) for n in names]
 
     def _write(self, ckpt, names):
+        _enable_write_checksums()
         first = self.path(names[0])
         atomic_write_bytes(first, lambda f: torch.save(ckpt, f))
         for name in names[1:]:
             atomic_link(first, self.path(name))
         if LATEST not in names:
             atomic_link(first, self.path(LATEST))
+        # Only now, every name renamed into place: the log never announces a file that a full
+        # disk or a kill kept from existing.
+        log.info("checkpoint written: %s", ", ".join(self.path(n) for n in names))
 
     def flush(self):
         """Wait for the write in flight; raise its error, if it failed."""

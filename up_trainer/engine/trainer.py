@@ -201,8 +201,7 @@ class Trainer:
             ckpt = self.checkpoint_dict()
             if rank_rngs is not None:
                 ckpt["rng_ranks"] = rank_rngs
-            paths = self.store.save(ckpt, list(names))
-            log.info("checkpoint %s", ", ".join(paths))
+            paths = self.store.save(ckpt, list(names))  # the store logs each write once it is complete
         self.dist.barrier()
         return paths
 
