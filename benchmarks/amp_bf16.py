@@ -56,8 +56,8 @@ def hardware_report():
              f"mixed-precision flags: {', '.join(have) or 'none'}"]
     for dtype in (torch.bfloat16, torch.float16):
         native, evidence = cpu_native(dtype)
-        lines.append(f"  {str(dtype).replace('torch.', '')}: {'native' if native else 'NOT native'} ({evidence})")
-    return "\n".join(lines)
+        lines.append(f"  {str(dtype).replace('torch.', '')}: {'native' if native else 'NOT native'}: {evidence}")
+    return "\n".join(lines), f"{model}; flags: {', '.join(have) or 'none'}"
 
 
 def step(model, optim, batch):
@@ -92,7 +92,8 @@ def main():
     ds = build_dataset(cfg["dataset"]["train"], "dataset.train")
     loader = DataLoader(ds, batch_size=cfg["dataset"]["batch_size"], shuffle=False, drop_last=True)
     batches = [b for _, b in zip(range(args.steps), loader)]
-    print(hardware_report())
+    report, machine = hardware_report()
+    print(report)
     variants = {name: build(cfg, rt) for name, rt in VARIANTS.items() if name in args.variants}
     for model, optim in variants.values():  # warm-up: allocator, kernels, lazy init
         model.train()
@@ -114,7 +115,7 @@ def main():
         print(f"  {k}: median step {v * 1000:.1f} ms  (min {min(times[k]) * 1000:.1f}, max {max(times[k]) * 1000:.1f})")
     for k in med:
         if k != "fp32":
-            print(f"{k} / fp32 step time ratio: {med[k] / med['fp32']:.2f}")
+            print(f"{k} / fp32 step time ratio: {med[k] / med['fp32']:.2f}  [{machine}]")
 
 
 if __name__ == "__main__":
