@@ -28,6 +28,12 @@ runs under the same allocator. --glibc-defaults leaves the allocator alone for b
 times then depend on each process's allocation history (page faults), not on the loop code.
 
 Target: per epoch, trainer <= 1.01 x bare + 10 ms.
+
+The up loop includes train_val_logger's per-step gradient norm (``grad_norm: true``, on by
+default; the bare loop has none). Its cost is reported on its own line as well: the median
+time of one measurement (one fused torch._foreach_norm over the model's real gradients, plus
+the host read a log line does) times the optimizer steps of an epoch. --grad-norm-only prints
+just that line (seconds instead of minutes).
 """
 import argparse
 import os
@@ -44,6 +50,7 @@ from up_trainer.data.sampler import ResumableSampler
 from up_trainer.engine.allocator import tune_malloc
 from up_trainer.engine.builder import build_dataset, build_trainer
 from up_trainer.engine.rng import seed_everything
+from up_trainer.engine.trainer import sum_losses
 from up_trainer.hooks.base import Hook
 from up_trainer.run import setup_logging
 from up_trainer.tasks.net import build_model
@@ -184,6 +191,31 @@ def interleaved_run(cfg, bare_first):
         return clock.epochs, fixed, weights
 
 
+def grad_norm_cost(cfg, reps=200):
+    """(median s per gradient-norm measurement, optimizer steps per epoch, gradient tensors)."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = build_trainer(cfg, work_dir=run_dir)
+        batch = next(iter(trainer.loaders.train_loader(1)))
+        trainer.optim.backward(sum_losses(trainer.model(batch)))
+        n_grads = sum(p.grad is not None for p in trainer.module.parameters())
+        times = []
+        for _ in range(reps + 10):  # the first ones warm the allocator up
+            start = time.perf_counter()
+            float(trainer.optim.grad_norm())  # what a log line reads; other steps keep the tensor
+            times.append(time.perf_counter() - start)
+        steps = trainer.optim.updates_per_epoch
+        return statistics.median(times[10:]), steps, n_grads
+
+
+def print_grad_norm_cost(cfg, epoch_s=None):
+    per_call, steps, n_grads = grad_norm_cost(cfg)
+    line = (f"grad_norm (logger default, {n_grads} gradient tensors): {per_call * 1e3:.3f} ms per optimizer step, "
+            f"{per_call * steps * 1e3:.1f} ms per epoch of {steps} steps")
+    if epoch_s:
+        line += f" = {100 * per_call * steps / epoch_s:.2f} % of the median up epoch"
+    print(line)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml"))
@@ -191,11 +223,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both loops")
     ap.add_argument("--glibc-defaults", action="store_true", help="leave malloc's thresholds alone for both loops")
+    ap.add_argument("--grad-norm-only", action="store_true", help="only the cost of the per-step gradient norm")
     args = ap.parse_args()
     print(tune_malloc() if not args.glibc_defaults else "malloc left as it is: --glibc-defaults")
     setup_logging(None, is_main=False)  # the trainer's log lines are written, not shown
     torch.set_num_threads(args.threads)  # for the bare loop's set-up too; up's builder sets it as well
     cfg = load_cfg(args.config, args.epochs, not args.glibc_defaults, args.threads)
+    if args.grad_norm_only:
+        print_grad_norm_cost(cfg)
+        return
     interleaved_run(load_cfg(args.config, 1, not args.glibc_defaults, args.threads), True)  # warm-up: first-call costs
     epochs = {"bare": [], "up": []}
     pairs, fixed = [], []
@@ -208,6 +244,7 @@ def main():
         fixed.append(fixed_s)
         equal = equal and all(torch.equal(weights["up"][k], weights["bare"][k]) for k in weights["up"])
     report(args, epochs, pairs, fixed, equal)
+    print_grad_norm_cost(cfg, statistics.median(e[0] for e in epochs["up"]))
 
 
 def report(args, epochs, pairs, fixed, equal):

@@ -185,3 +185,36 @@ def test_training_logs_grad_norm_every_update(tmp_path):
     trainer.train()
     assert len(seen) == 3  # 5 batches, accumulate 2 -> 3 updates
     assert all(n > 0 for n, _ in seen) and any(c for _, c in seen)
+
+
+def test_grad_norm_is_logged_without_a_clipper_and_can_be_turned_off(tmp_path):
+    """The logger measures the total norm at every step by itself; grad_norm: false opts out."""
+    import csv
+
+    from up_trainer.engine.builder import build_trainer
+    from up_trainer.hooks.base import Hook
+
+    measured = []
+
+    class Reference(Hook):  # runs after the logger's before_step, before the optimizer step
+        def before_step(self, trainer, iteration):
+            grads = [p.grad for p in trainer.module.parameters() if p.grad is not None]
+            measured.append((trainer.scalars.get("grad_norm"), float(torch.nn.utils.get_total_norm(grads))))
+
+    for on in (True, False):
+        measured.clear()
+        run_dir = tmp_path / str(on)
+        logger = {"type": "train_val_logger", "kwargs": {"freq": 1, "summary_writer": "none", "plot": False,
+                                                         "grad_norm": on}}
+        cfg = digits_cfg(train_subset=24, batch_size=8, max_epoch=1, hooks=[logger])
+        trainer = build_trainer(resolved(cfg), work_dir=str(run_dir), device="cpu")
+        trainer.hooks.add(Reference(), priority="LOWEST")
+        trainer.train()
+        with open(run_dir / "metrics.csv", newline="") as f:
+            logged = [r.get("grad_norm") or "" for r in csv.DictReader(f) if r["phase"] == "train"]
+        assert len(measured) == len(logged) == 3
+        if on:
+            assert all(isinstance(n, torch.Tensor) and float(n) == pytest.approx(ref, rel=1e-5) for n, ref in measured)
+            assert [float(v) for v in logged] == pytest.approx([ref for _, ref in measured], rel=1e-4)
+        else:
+            assert all(n is None for n, _ in measured) and logged == ["", "", ""]

@@ -127,6 +127,18 @@ class Optimization:
             self.scaler.unscale_(self.optimizer)
             self._unscaled = True
 
+    def grad_norm(self):
+        """Total 2-norm of the gradients (true scale under fp16) as a 0-dim tensor, or None
+        without gradients. One fused ``torch._foreach_norm`` and one small reduction: no
+        per-tensor kernel launches and no host sync (the caller converts when it logs)."""
+        grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return None
+        self.unscale_()
+        norms = torch._foreach_norm(grads)
+        device = norms[0].device
+        return torch.linalg.vector_norm(torch.stack([n.to(device, torch.float32) for n in norms]))
+
     def step(self):
         if self.scaler is not None:
             self.scaler.step(self.optimizer)

@@ -63,7 +63,9 @@ class TrainValLogger(Hook):
     Every ``freq`` iterations (``--display N`` overrides it when given) one line: progress,
     epoch [i/len], LR, max memory (CUDA, else process RSS), ETA, data/forward/backward/batch
     time as window (global) averages without the first ``skip_first_k`` iterations, losses
-    and grad norm. A live progress bar when stdout is a TTY. ``summary_writer``:
+    and the gradient norm (``grad_norm``: measured at every optimizer step, one fused
+    reduction; grad_clipper's pre-clip norm when one runs). A live progress bar when stdout
+    is a TTY. ``summary_writer``:
     tensorboard | pavi | none, built with ``writer_kwargs``; event files go to ``logdir``
     (relative to the run dir). metrics.csv / metrics.jsonl always; results.png at the end.
     """
@@ -72,7 +74,7 @@ class TrainValLogger(Hook):
 
     def __init__(self, freq: int = 20, skip_first_k: int = 5, logdir: str = "log",
                  summary_writer: str = "tensorboard", writer_kwargs: Optional[dict] = None,
-                 progress_bar: bool = True, plot: bool = True):
+                 progress_bar: bool = True, plot: bool = True, grad_norm: bool = True):
         super().__init__()
         if freq < 1:
             raise ConfigError("freq", f"must be >= 1, got {freq}")
@@ -81,7 +83,7 @@ class TrainValLogger(Hook):
         self.freq, self.skip_first_k, self.logdir = freq, skip_first_k, logdir
         self.summary_writer = summary_writer
         self.writer_kwargs = dict(writer_kwargs or {})
-        self.progress_bar, self.plot = progress_bar, plot
+        self.progress_bar, self.plot, self.grad_norm = progress_bar, plot, grad_norm
         self._writer_cls = None
         if summary_writer != "none":
             self._writer_cls = WRITERS.get(summary_writer, "summary_writer")
@@ -177,6 +179,13 @@ class TrainValLogger(Hook):
 
     def after_backward(self, trainer, iteration, loss):
         self._t_bwd_end = time.perf_counter()
+
+    def before_step(self, trainer, iteration):
+        # The norm of every step, unless a grad_clipper (which runs first) already measured it.
+        if self.grad_norm and self._main and "grad_norm" not in trainer.scalars:
+            norm = trainer.optim.grad_norm()
+            if norm is not None:
+                trainer.scalars.put("grad_norm", norm)
 
     def after_update(self, trainer, iteration):
         log_now = iteration % self._freq == 0
