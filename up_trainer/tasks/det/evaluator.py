@@ -1,4 +1,4 @@
-"""COCO box AP through pycocotools (UP's ``COCO`` evaluator).
+"""COCO box AP through pycocotools or faster-coco-eval (UP's ``COCO`` evaluator).
 
 Metric keys: ``bbox.AP`` (AP@[.50:.95], the primary metric auto_save_best watches),
 ``bbox.AP50``, ``bbox.AP75``, ``bbox.APs``, ``bbox.APm``, ``bbox.APl``, ``bbox.AR100`` (all
@@ -9,9 +9,10 @@ Ground truth travels with the batches (``target`` in original image coordinates 
 undoing the resize), so the evaluator needs no dataset handle and works the same after a
 distributed gather. Predictions are scaled by ``orig_size / img_size`` back to the original
 image, labels map back to dataset category ids (``batch["meta"]["cat_ids"]``).
+
+``backend``: ``auto`` runs faster-coco-eval when it is installed (same numbers, several
+times faster; see :mod:`.coco_backend`), else pycocotools.
 """
-import contextlib
-import io
 import json
 import logging
 import os
@@ -43,11 +44,14 @@ def _to_original(boxes, sx, sy):
 class CocoEvaluator:
     """COCO bbox AP, AP50, AP75, APs/m/l, AR100 (keys bbox.*) and per-class AP via pycocotools."""
 
-    def __init__(self, iou_types: list = ("bbox",), per_class: bool = True, max_dets: int = 100):
+    def __init__(self, iou_types: list = ("bbox",), per_class: bool = True, max_dets: int = 100,
+                 backend: str = "auto"):
         from ...errors import ConfigError
+        from .coco_backend import resolve_backend
 
         if list(iou_types) != ["bbox"]:
             raise ConfigError("iou_types", f"only ['bbox'] is supported, got {list(iou_types)}")
+        self.backend = resolve_backend(backend)
         self.per_class = per_class
         self.max_dets = max_dets
         self.primary_metric = "bbox.AP"
@@ -128,30 +132,23 @@ class CocoEvaluator:
         return gt, dets
 
     def evaluate(self, results):
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
+        from .coco_backend import run_bbox_eval
 
         classes, cat_ids = self._label_map(results)
         self.classes, self.cat_ids = classes, cat_ids
+        self.coco_eval = None  # the COCOeval of this evaluation (insight reads its precision array)
         gt_dict, dets = self.to_coco(results)
         metrics = {f"bbox.{k}": -1.0 for k in REPORTED}
         if not gt_dict["images"]:
             return metrics
-        with contextlib.redirect_stdout(io.StringIO()) as buf:  # pycocotools prints; we log
-            gt = COCO()
-            gt.dataset = gt_dict
-            gt.createIndex()
-            if not dets:
-                log.warning("COCO evaluator: no detections at all; every AP is 0")
-                return {**{f"bbox.{k}": 0.0 for k in REPORTED},
-                        **({f"bbox.AP.{c}": 0.0 for c in classes} if self.per_class else {})}
-            dt = gt.loadRes(dets)
-            ev = COCOeval(gt, dt, "bbox")
-            ev.params.maxDets = [1, 10, self.max_dets]
-            ev.evaluate()
-            ev.accumulate()
-            ev.summarize()
-        log.info("COCO bbox evaluation:\n%s", buf.getvalue().rstrip())
+        if not dets:
+            log.warning("COCO evaluator: no detections at all; every AP is 0")
+            return {**{f"bbox.{k}": 0.0 for k in REPORTED},
+                    **({f"bbox.AP.{c}": 0.0 for c in classes} if self.per_class else {})}
+        ev, _ = run_bbox_eval(gt_dict, dets, self.backend, self.max_dets)
+        self.coco_eval = ev
+        rows = [f"  {k:<6} {v:>7.4f}" for k, v in zip(SUMMARY_KEYS, ev.stats)]
+        log.info("COCO bbox evaluation (%s):\n%s", self.backend, "\n".join(rows))
         metrics = {f"bbox.{k}": float(v) for k, v in zip(SUMMARY_KEYS, ev.stats) if k in REPORTED}
         if self.per_class:
             per_class = self._per_class_ap(ev, cat_ids)
