@@ -148,8 +148,9 @@ def check_class_count(model, net_cfg, datasets):
         if not isinstance(held, int):
             continue
         if held > predicted:
+            wanted = held + 1 if getattr(model, "num_classes_counts_background", False) else held  # UP's count
             raise ConfigError(key, f"the net predicts {predicted} classes but {path} has {held}",
-                              f"set {key}: {held}")
+                              f"set {key}: {wanted}")
         if held < predicted:
             log.warning("%s: the net predicts %d classes, %s has %d (the extra outputs never see a label)",
                         key, predicted, path, held)

@@ -203,9 +203,9 @@ def build_classifier(net_cfg, path):
 
 def _translate_up_weights(self, state):
     """UP-named weights (a UP checkpoint or ``pretrain_model``) renamed to ours."""
-    from .keymap import family, translate
+    from .keymap import backbone_rules, translate
 
-    return translate(state, {self.part_names[0]: family(self.up_backbone_type)})
+    return translate(state, {self.part_names[0]: backbone_rules(self.up_backbone_type)})
 
 
 UPClassifier.translate_up_weights = _translate_up_weights

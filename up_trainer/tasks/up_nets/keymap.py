@@ -48,15 +48,43 @@ def rename(key, rules):
     return key
 
 
+def fpn_rules(start, n_in, n_extra):
+    """UP's FPN: c{level}_lateral and p{level}_conv per backbone level, p{level}_conv for the
+    stride-2 convs above them (level = start_level + index)."""
+    rules = []
+    for i in range(n_in):
+        rules += [(rf"^c{start + i}_lateral\.", f"inner_blocks.{i}.0."), (rf"^p{start + i}_conv\.", f"layer_blocks.{i}.0.")]
+    for j in range(n_extra):
+        rules.append((rf"^p{start + n_in + j}_conv\.", f"extra_blocks.convs.{j}."))
+    return r"^c\d+_lateral\.", rules
+
+
+RETINA_HEAD = (r"^cls_subnet\.", [
+    (r"^cls_subnet\.(\d+)\.", lambda m: f"classification_head.conv.{int(m[1]) // 2}.0."),
+    (r"^box_subnet\.(\d+)\.", lambda m: f"regression_head.conv.{int(m[1]) // 2}.0."),
+    (r"^cls_subnet_pred\.", "classification_head.cls_logits."), (r"^box_subnet_pred\.", "regression_head.bbox_reg."),
+])
+RPN_HEAD = (r"^conv3x3\.", [(r"^conv3x3\.", "head.conv.0.0."), (r"^conv_cls\.", "head.cls_logits."),
+                           (r"^conv_loc\.", "head.bbox_pred.")])
+BOX_HEAD = (r"^fc6\.", [(r"^fc(6|7)\.", r"box_head.fc\1."), (r"^fc_rcnn_cls\.", "box_predictor.cls_score."),
+                        (r"^fc_rcnn_loc\.", "box_predictor.bbox_pred.")])
+
+
+def backbone_rules(backbone_type):
+    fam = family(backbone_type)
+    return SIGNATURES[fam], RULES[fam]
+
+
 def translate(state, parts):
-    """``state`` with UP names rewritten to ours. ``parts``: {entry name: family} for the
-    parts whose inner names differ. A part is rewritten only when the file holds a name only
-    UP's layout has, so our own checkpoints and torchvision-named files pass unchanged."""
+    """``state`` with UP names rewritten to ours. ``parts``: {entry name: (signature, rules)}
+    for the parts whose inner names differ. A part is rewritten only when the file holds a
+    name matching its signature, one only UP's layout has, so our own checkpoints and
+    torchvision-named files pass unchanged."""
     todo = {}
-    for name, fam in parts.items():
+    for name, (signature, rules) in parts.items():
         inner = [k[len(name) + 1:] for k in state if k.startswith(name + ".")]
-        if any(re.match(SIGNATURES[fam], k) for k in inner):
-            todo[name] = RULES[fam]
+        if any(re.match(signature, k) for k in inner):
+            todo[name] = rules
     out = {}
     for key, value in state.items():
         name, _, rest = key.partition(".")

@@ -77,3 +77,14 @@ def sub_options(opts, key, what, default=None):
     if "type" not in value:
         raise ConfigError(join_path(path, "type"), "required key is missing")
     return value["type"], Options(value.get("kwargs"), join_path(path, "kwargs"), f"{what} {value['type']!r}")
+
+
+def _sub(self, key):
+    """Options over a nested plain mapping ``key`` (required)."""
+    from ...errors import join_path
+
+    value = self.take(key, types=dict)
+    return Options(value, join_path(self.path, key), f"{self.what} {key}")
+
+
+Options.sub = _sub
