@@ -75,13 +75,11 @@ def _class_names(ds, model):
 
 
 def _load_for_cls(path, size, in_channels):
-    from PIL import Image
+    from .data.readers import decode_image
 
-    with Image.open(path) as img:
-        img = img.convert("L" if in_channels == 1 else "RGB")
-        if isinstance(size, int):  # the dataset resized at load time (digits' ``size``)
-            img = img.resize((size, size), Image.BILINEAR)
-        array = torch.from_numpy(__import__("numpy").asarray(img, dtype="uint8").copy())
+    # a dataset that resized at load time (digits' ``size``) gets the same size here
+    array = torch.from_numpy(decode_image(path, "L" if in_channels == 1 else "RGB",
+                                          resize=(size, size) if isinstance(size, int) else None))
     array = array[None] if array.dim() == 2 else array.permute(2, 0, 1)
     return array.float().div(255.0)
 
@@ -93,7 +91,10 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
 
     if not 0.0 <= score_thr <= 1.0:
         raise ConfigError("--score-thr", f"must be in [0, 1], got {score_thr}")
+    from .data.readers import set_max_image_pixels
+
     device = pick_device(device, cfg["runtime"])
+    set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
     files = list_inputs(inputs)
     model = load_model(cfg, checkpoint, device, use_ema)
     ds = test_dataset(cfg)

@@ -47,6 +47,8 @@ SCHEMAS = {
         "tune_malloc": Field(bool, True, "glibc: keep large freed blocks in the process (mmap threshold 32 MiB, "
                                          "trim threshold 1 GiB) so steps do not page-fault them back"),
         "imports": Field(list, [], "modules imported before building, so their registrations take effect"),
+        "max_image_pixels": Field((int, type(None)), 89478485, "largest image (width x height) a data set may "
+                                  "decode, a guard against decompression bombs; null: no limit", minimum=1),
         "find_unused_parameters": Field(bool, False, "DDP find_unused_parameters"),
         "sync_bn": Field(bool, False, "convert BatchNorm to SyncBatchNorm under DDP"),
         "dist_timeout": Field((int, float), 1800, "seconds a rank waits for the others before failing", minimum=1),

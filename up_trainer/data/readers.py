@@ -18,18 +18,63 @@ from ..registry import IMAGE_READERS
 PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L", "L": "L"}  # L: Pillow's name for GRAY
 
 
-def read_image(path, color_mode="RGB", where=None):
-    """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
+DEFAULT_MAX_PIXELS = 89478485  # Pillow's own default guard
+_max_pixels = DEFAULT_MAX_PIXELS
+
+
+def set_max_image_pixels(limit):
+    """``runtime.max_image_pixels``: the largest width x height decoded (None: no limit). Set
+    before the loaders start; forked DataLoader workers inherit it."""
+    global _max_pixels
+    _max_pixels = limit
+
+
+def decode_image(path, pil_mode, where=None, resize=None):
+    """A uint8 HxW or HxWxC array of the image at ``path`` in Pillow mode ``pil_mode``
+    (optionally resized to ``resize`` (w, h)); every failure is one DataError line.
+
+    An image above ``runtime.max_image_pixels`` is refused from its header, before any pixel
+    is decoded (a 20000 x 20000 PNG of a few KB would otherwise take 1.2 GB)."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     where = where or path
     try:
-        with Image.open(path) as img:
-            array = np.asarray(img.convert(PIL_MODE[color_mode]), dtype=np.uint8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # Pillow only warns below 2x the limit
+            Image.MAX_IMAGE_PIXELS = _max_pixels
+            with Image.open(path) as img:
+                img = img.convert(pil_mode)
+                if resize is not None:
+                    img = img.resize(resize, Image.BILINEAR)
+                return np.asarray(img, dtype=np.uint8).copy()
     except FileNotFoundError:
         raise DataError(f"{where}: image not found: {path}") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataError(f"{where}: image {path} has {_pixels_of(path)} pixels, more than runtime.max_image_pixels "
+                        f"({_max_pixels}); raise that limit (or set it to null) if the file is trusted") from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{where}: cannot read image {path}: {exc}") from None
+
+
+def _pixels_of(path):
+    """'W x H' from the header alone (the guard is off while reading it)."""
+    from PIL import Image
+
+    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        with Image.open(path) as img:
+            return f"{img.width} x {img.height}"
+    except Exception:
+        return "too many"
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
+def read_image(path, color_mode="RGB", where=None):
+    """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
+    array = decode_image(path, PIL_MODE[color_mode], where)
     if array.ndim == 2:
         array = array[:, :, None]
     elif color_mode == "BGR":

@@ -4,6 +4,7 @@ import os
 
 import torch
 
+from ..data.readers import set_max_image_pixels
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
@@ -92,6 +93,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
 
     rt = cfg["runtime"]
     import_user_modules(rt["imports"])
+    set_max_image_pixels(rt["max_image_pixels"])
     if rt["num_threads"]:
         torch.set_num_threads(rt["num_threads"])
     if rt["tune_malloc"]:

@@ -95,6 +95,7 @@ class AutoCheckpoint(Hook):
         self._previous = {}
         self._group = None
         self._saved_iter = None  # trainer.state.iter of the last checkpoint written, any kind
+        self._start_iter = None  # trainer.state.iter when this run's training began
         self._consistent = False  # the in-memory state is at an optimizer-update boundary
 
     # -- handlers --------------------------------------------------------------------------
@@ -125,6 +126,7 @@ class AutoCheckpoint(Hook):
     def before_train(self, trainer):
         self._group = cpu_group(trainer)
         self._consistent = True  # fresh, or just loaded from a checkpoint
+        self._start_iter = trainer.state.iter
         self._install()
 
     def before_epoch(self, trainer, epoch):
@@ -158,6 +160,8 @@ class AutoCheckpoint(Hook):
         stop = stop if stop in EXIT_CODES and not isinstance(exc, KeyboardInterrupt) else None
         if stop is None and (not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt)):
             return
+        if stop is None and trainer.state.iter == self._start_iter:
+            return  # nothing trained yet (bad data in the first batch): a snapshot would only move latest
         written = self._exception_snapshot(trainer, exc)
         if stop is None:
             return

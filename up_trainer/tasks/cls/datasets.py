@@ -13,9 +13,9 @@ from typing import Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 
-from ...data.readers import FileReader, build_reader, read_image
+from ...data.readers import FileReader, build_reader, decode_image, read_image
 from ...errors import ConfigError, DataError, did_you_mean
 from ...registry import DATASETS
 from ..transforms import build_transforms
@@ -41,20 +41,24 @@ def _check_color_mode(color_mode):
 
 def load_image(path, color_mode, where=None):
     """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
-    from PIL import Image, UnidentifiedImageError
-
-    where = where or path
-    try:
-        with Image.open(path) as img:
-            img = img.convert(color_mode)
-            array = np.asarray(img, dtype=np.uint8).copy()
-    except FileNotFoundError:
-        raise DataError(f"{where}: image not found: {path}") from None
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise DataError(f"{where}: cannot read image {path}: {exc}") from None
+    array = decode_image(path, color_mode, where)
     if array.ndim == 2:
         array = array[:, :, None]
     return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+
+
+def collate_same_size(samples):
+    """default_collate, after checking that the images can be stacked: images of different
+    sizes without a resize would otherwise fail inside torch.stack as a traceback."""
+    first = samples[0]["image"]
+    for sample in samples[1:]:
+        image = sample["image"]
+        if isinstance(image, torch.Tensor) and isinstance(first, torch.Tensor) and image.shape != first.shape:
+            raise DataError(f"images of different sizes in one batch: {tuple(first.shape)} (sample "
+                            f"{samples[0]['index']}) and {tuple(image.shape)} (sample {sample['index']}); "
+                            "add a resize to the dataset's transforms, e.g. {type: Resize, kwargs: {size: "
+                            "[224, 224]}} or RandomResizedCrop / CenterCrop")
+    return default_collate(samples)
 
 
 class ClsDatasetBase(Dataset):
@@ -62,6 +66,7 @@ class ClsDatasetBase(Dataset):
 
     num_classes: int
     classes: list
+    collate_fn = staticmethod(collate_same_size)
 
     def __init__(self, transform):
         self.transform = transform

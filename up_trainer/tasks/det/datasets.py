@@ -29,16 +29,9 @@ EDGE_TOLERANCE = 1.0  # pixels a box may stick out of its image (COCO rounding) 
 
 
 def load_rgb(path, where):
-    from PIL import Image, UnidentifiedImageError  # lazy: only file-backed datasets read images
+    from ...data.readers import decode_image
 
-    try:
-        with Image.open(path) as img:
-            array = np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
-    except FileNotFoundError:
-        raise DataError(f"{where}: image not found: {path}") from None
-    except (OSError, UnidentifiedImageError, ValueError) as exc:
-        raise DataError(f"{where}: cannot read image {path}: {exc}") from None
-    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+    return torch.from_numpy(decode_image(path, "RGB", where)).permute(2, 0, 1).float().div_(255.0)
 
 
 class DetCollate:
@@ -180,6 +173,25 @@ def read_json(path, what):
     return data
 
 
+def check_categories(categories, ann_file):
+    """COCO ``categories``: mappings with a unique integer ``id`` (a hand-made file may hold
+    anything; the ids become the label map, so a bad one is an error, never skipped)."""
+    seen = set()
+    for k, cat in enumerate(categories):
+        where = f"{ann_file}: categories[{k}]"
+        if not isinstance(cat, dict):
+            raise DataError(f"{where}: expected a mapping {{id, name}}, got {type(cat).__name__} {str(cat)[:40]}")
+        if "id" not in cat:
+            raise DataError(f"{where}: missing 'id' (keys: {', '.join(map(str, cat)) or 'none'})")
+        cid = cat["id"]
+        if isinstance(cid, bool) or not isinstance(cid, int):
+            raise DataError(f"{where}: 'id' must be an integer, got {type(cid).__name__} {str(cid)[:40]!r}")
+        if cid in seen:
+            raise DataError(f"{where}: duplicate category id {cid}")
+        seen.add(cid)
+    return categories
+
+
 @DATASETS.register("coco")
 class CocoDetection(DetDataset):
     """COCO instances JSON + image directory. Category ids map to contiguous labels 1..C (sorted
@@ -198,7 +210,7 @@ class CocoDetection(DetDataset):
                 or not data["categories"]:
             raise DataError(f"{ann_file}: not a COCO instances file or empty (needs non-empty 'images' and "
                             "'categories' lists)")
-        cats = sorted(data["categories"], key=lambda c: c["id"])
+        cats = sorted(check_categories(data["categories"], ann_file), key=lambda c: c["id"])
         super().__init__(transforms, on_bad_record, [str(c.get("name", c["id"])) for c in cats],
                          [int(c["id"]) for c in cats])
         label_of = {cid: i + 1 for i, cid in enumerate(self.cat_ids)}
