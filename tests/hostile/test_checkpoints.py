@@ -159,3 +159,65 @@ def test_auto_resume_falls_back_past_flipped_bytes(tmp_path):
     after = fingerprint(save_dir)
     assert after["ckpt_e1.pth"] == e1  # the valid checkpoint it fell back to is untouched
     assert torch.load(save_dir / "ckpt_e3.pth", weights_only=True)["epoch"] == 3
+
+
+def test_hand_edited_position(tmp_path, trained_run):  # noqa: F811
+    save_dir = copy_run(trained_run, tmp_path / "src")
+    state = torch.load(save_dir / "ckpt_e1.pth", weights_only=True)["state"]
+    resume_attempt(tmp_path, trained_run, "state.epoch_iter should be a int, got str 2",
+                   ckpt=edited(save_dir, tmp_path, state=dict(state, epoch_iter="2")))
+
+
+# -- cases that already held; kept here so they keep holding ----------------------------------------
+def test_truncated_checkpoint(tmp_path, trained_run):  # noqa: F811
+    save_dir = copy_run(trained_run, tmp_path / "src")
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes((save_dir / "ckpt_e1.pth").read_bytes()[:5000])
+    resume_attempt(tmp_path, trained_run, f"--resume: checkpoint {cut} is truncated or corrupt (5000 bytes)", ckpt=cut)
+
+
+def test_empty_file_and_directory(tmp_path, trained_run):  # noqa: F811
+    (tmp_path / "empty.pth").write_bytes(b"")
+    resume_attempt(tmp_path, trained_run, "is empty (0 bytes)", ckpt=tmp_path / "empty.pth")
+    (tmp_path / "b" / "dir.pth").mkdir(parents=True)
+    resume_attempt(tmp_path / "b", trained_run, "is a directory", ckpt=tmp_path / "b" / "dir.pth")
+
+
+class Payload:
+    """Unpickling this would create a marker file: a safe load must refuse it instead."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_pickled_code_is_never_run(tmp_path, trained_run):  # noqa: F811
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pth"
+    torch.save({"format": "up-trainer/1", "model": {}, "epoch": 1, "iter": 2, "x": Payload(str(marker))}, evil)
+    resume_attempt(tmp_path, trained_run, "holds objects a safe load refuses", ckpt=evil)
+    assert not marker.exists()
+
+
+def test_foreign_checkpoint(tmp_path, trained_run):  # noqa: F811
+    foreign = tmp_path / "foreign.pth"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, foreign)
+    line = resume_attempt(tmp_path, trained_run, "is not an up-trainer checkpoint", ckpt=foreign)
+    assert "use saver.pretrain_model" in line
+
+
+def test_auto_resume_skips_a_truncated_newest(tmp_path):
+    first = train(tmp_path, trainer={"max_epoch": 2}, saver={"save_dir": "checkpoints", "auto_resume": True})
+    assert first.exit_code == 0, (first.stderr, first.exception)
+    save_dir = tmp_path / "checkpoints"
+    e1 = fingerprint(save_dir)["ckpt_e1.pth"]
+    newest = save_dir / "ckpt_e2.pth"
+    data = newest.read_bytes()
+    with open(newest, "r+b") as f:  # in place: latest (a hard link) is cut too
+        f.truncate(len(data) // 2)
+    result = train(tmp_path, trainer={"max_epoch": 2}, saver={"save_dir": "checkpoints", "auto_resume": True})
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    assert "resumed from " + str(save_dir / "ckpt_e1.pth") in result.stdout
+    assert fingerprint(save_dir)["ckpt_e1.pth"] == e1

@@ -165,6 +165,15 @@ def _enable_write_checksums():
         torch.serialization.set_crc32_options(True)
 
 
+def _zip_without_end(path):
+    """A file that starts as a zip but has no readable central directory: cut short."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
 def load_checkpoint(path, map_location="cpu"):
     """Load and validate a checkpoint; any problem is one CheckpointError line naming the file."""
     if not os.path.exists(path):
@@ -181,7 +190,8 @@ def load_checkpoint(path, map_location="cpu"):
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        reason = "truncated or corrupt" if "zip" in first.lower() or "eof" in first.lower() else "unreadable"
+        damaged = "zip" in first.lower() or "eof" in first.lower() or _zip_without_end(path)
+        reason = "truncated or corrupt" if damaged else "unreadable"
         raise CheckpointError(f"checkpoint {path} is {reason} ({size} bytes): {first}") from None
     except Exception as exc:  # pickle.UnpicklingError from weights_only: foreign objects
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

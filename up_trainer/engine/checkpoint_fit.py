@@ -102,6 +102,12 @@ def _check_types(ckpt, path):
             names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
             raise CheckpointError(f"{path}: '{key}' should be a {names.replace('NoneType', 'null')}, got "
                                   f"{type(value).__name__} {str(value)[:40]}: the file was edited or is not ours")
+    position = {"epoch": int, "epoch_iter": int, "iter": int, "epoch_done": bool, "metrics": dict}
+    for key, value in (ckpt.get("state") or {}).items():
+        want = position.get(key)
+        if want is not None and (type(value) is not want if want is not dict else not isinstance(value, dict)):
+            raise CheckpointError(f"{path}: state.{key} should be a {want.__name__}, got {type(value).__name__} "
+                                  f"{str(value)[:40]}: the file was edited or is not ours")
     for name, state in (ckpt.get("hooks") or {}).items():
         if not isinstance(state, dict):
             raise CheckpointError(f"{path}: hooks.{name} is a {type(state).__name__}, not a dict")
