@@ -1,12 +1,14 @@
 """Time the training loop is blocked per checkpoint save, against a synchronous save.
 
-    python benchmarks/checkpoint.py [--repeats 5]
+    python benchmarks/checkpoint.py [--repeats 5] [--busy N]
 
 For a small model (mobilenet_v3_small) and a ~100 MB one (resnet50), each with SGD momentum
 state: `blocked` is the time `CheckpointStore.save` takes with async_write (a CPU copy of the
 state; serialization, fsync and renames run on a background thread), `sync` the same store
 writing synchronously (torch.save + fsync + os.replace + directory fsync). Runs alternate;
-medians are printed. Target: blocked <= 10 % of sync.
+medians are printed. Target: blocked <= 10 % of sync, on an idle machine and on a loaded one:
+``--busy N`` runs N pure-Python busy loops (one process each) for the whole measurement, e.g.
+``--busy 2`` takes both cores of a 2-core machine away from it half the time.
 
 The second table is the cost of the CRC-32s that let a load detect flipped bytes: the same
 synchronous write with torch's per-record CRC-32 on (as CheckpointStore writes) and off, and on
@@ -15,6 +17,8 @@ the load side ``verify_checksums`` (reading every record back against its CRC) b
 """
 import argparse
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -74,10 +78,27 @@ def measure_checksums(state, repeats):
     return [statistics.median(x) for x in (with_crc, without, verify, load)]
 
 
+def start_busy_loops(n):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--busy", type=int, default=0, metavar="N", help="busy-loop processes running meanwhile")
     args = ap.parse_args()
+    busy = start_busy_loops(args.busy)
+    try:
+        run(args)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def run(args):
+    if args.busy:
+        print(f"{args.busy} busy-loop processes running")
     print(tune_malloc())  # as `up train` does (runtime.tune_malloc): the allocator the trainer runs with
     print(f"{'model':<22}{'weights MB':>11}{'sync ms':>10}{'blocked ms':>12}{'ratio':>8}")
     for name in ("mobilenet_v3_small", "resnet50"):

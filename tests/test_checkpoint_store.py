@@ -108,3 +108,24 @@ def test_names_parse():
     assert ck.parse_name("ckpt_e12.pth") == (12, None)
     assert ck.parse_name("ckpt_e3-i120.pth") == (3, 120)
     assert ck.parse_name("ckpt_best.pth") is None
+
+
+def test_snapshot_copies_on_one_thread_and_restores_the_setting(monkeypatch):
+    """A parallel copy waits for every intra-op thread to get a core: on a loaded machine the
+    loop's stall grew 10-40 x. The snapshot copies on the calling thread alone."""
+    threads_seen = []
+    original = torch.Tensor.copy_
+
+    def copy_(self, src, *args, **kwargs):
+        threads_seen.append(torch.get_num_threads())
+        return original(self, src, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = ck.snapshot({"model": {"w": torch.randn(300, 300), "b": torch.randn(300)}, "epoch": 1})
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert threads_seen == [1, 1] and out["epoch"] == 1 and out["model"]["w"].shape == (300, 300)

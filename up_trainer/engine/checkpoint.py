@@ -5,6 +5,7 @@ over the final name with os.replace, and the directory is fsynced; a final name 
 partial file. Extra names for the same state (ckpt_latest.pth, ckpt_best.pth) are hard links
 (a copy where the filesystem has none), swapped in with os.replace too, so they never dangle.
 """
+import contextlib
 import copy
 import io
 import logging
@@ -223,6 +224,11 @@ def snapshot(obj, staging=None):
     ``staging`` (a list) keeps the CPU buffers between saves, the n-th tensor met reusing the
     n-th buffer when shape and dtype match: copying into memory that is already mapped is
     several times faster than allocating it anew (no page faults).
+
+    The copies run on this thread alone (one intra-op thread, restored afterwards): a copy is
+    memory-bound, so a second thread gains little on an idle machine, while on a busy one
+    every parallel copy waits for all its threads to get a core (resnet50's state took 0.2-1.9 s
+    instead of 35-80 ms on 2 loaded cores).
     """
     staging = [] if staging is None else staging
     used = 0
@@ -245,8 +251,22 @@ def snapshot(obj, staging=None):
             return type(obj)(rebuild(v) for v in obj)
         return copy.deepcopy(obj)
 
-    with torch.no_grad():
+    with torch.no_grad(), one_intra_op_thread():
         return rebuild(obj)
+
+
+@contextlib.contextmanager
+def one_intra_op_thread():
+    """torch's intra-op parallelism off for the calling thread's ops inside the block."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class CheckpointStore:
