@@ -199,3 +199,29 @@ def test_priority_is_a_key_of_hook_entries_only():
     with pytest.raises(ConfigError, match=r"^hooks\[0\]\.name: unknown key"):
         HOOKS.build({"type": "nan_guard", "name": "guard"}, "hooks[0]")
     assert HOOKS.build({"type": "nan_guard", "priority": 10}, "hooks[0]").policy == "skip"
+
+
+def test_up_hooks_lists_hooks_registered_through_runtime_imports(tmp_path):
+    """`up hooks --config CFG` imports the config's runtime.imports before listing."""
+    (tmp_path / "listed_plugin.py").write_text(
+        "from up_trainer.hooks.base import Hook\n"
+        "from up_trainer.registry import HOOKS\n\n\n"
+        "@HOOKS.register('listed_by_config')\n"
+        "class ListedByConfig(Hook):\n"
+        "    '''Registered by a module only the config names.'''\n\n"
+        "    def __init__(self, every: int = 3):\n"
+        "        super().__init__()\n")
+    cfg = write_cfg(tmp_path / "c.yaml", dict(tiny_cfg(), runtime={"imports": ["listed_plugin"]}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, str(tmp_path)]))
+
+    def up_hooks(*args):
+        return subprocess.run([sys.executable, "-m", "up_trainer", "hooks", *args], capture_output=True, text=True,
+                              env=env, timeout=120)
+
+    assert "listed_by_config" not in up_hooks().stdout
+    res = up_hooks("--config", cfg)
+    assert res.returncode == 0, res.stderr
+    assert "listed_by_config  priority NORMAL (50)" in res.stdout and "every: 3" in res.stdout
+    assert "grad_clipper" in res.stdout  # the built-in ones as well
+    res = up_hooks("--config", tmp_path / "missing.yaml")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1

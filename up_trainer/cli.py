@@ -163,11 +163,17 @@ def origin_header(cfg):
 
 @main.command("hooks")
 @click.argument("name", required=False)
+@click.option("--config", "config_path", default=None, metavar="CFG",
+              help="also list the hooks this config's runtime.imports register")
 @run_safely
-def hooks_cmd(name):
+def hooks_cmd(name, config_path):
     """List every hook with its kwargs, defaults, priority and doc (or one hook in full)."""
     from .hooks.describe import describe_hooks
 
+    if config_path:
+        from .registry import import_user_modules
+
+        import_user_modules(_resolve(config_path, [])["runtime"]["imports"])
     click.echo(describe_hooks(name))
 
 
