@@ -135,10 +135,12 @@ def config_cmd(ctx, config_path, opts):
     """Print the resolved, validated config."""
     import yaml
 
+    from .config.redact import redact
+
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
     _check_up_net(cfg["net"])
     click.echo(origin_header(cfg), nl=False)
-    click.echo(yaml.safe_dump(cfg, sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump(redact(cfg), sort_keys=False), nl=False)
 
 
 def _check_up_net(net):

@@ -8,6 +8,7 @@ import importlib
 import inspect
 import typing
 
+from .config.redact import is_secret_key
 from .errors import ConfigError, did_you_mean, join_path, short_repr
 
 ENTRY_POINT_GROUP = "up_trainer.plugins"
@@ -188,7 +189,8 @@ def check_kwargs(obj, kwargs, path, provided=()):
             continue  # `key: null` restores a None default, whatever the annotation says
         if accepted is not None and not _type_ok(value, accepted):
             names = "/".join(sorted({t.__name__ for t in accepted}))
-            raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__} {short_repr(value)}")
+            shown = "" if is_secret_key(key) else f" {short_repr(value)}"  # never quote a token
+            raise ConfigError(join_path(path, key), f"expected {names}, got {type(value).__name__}{shown}")
     for key, p in params.items():
         if p.default is p.empty and key not in kwargs and key not in provided:
             raise ConfigError(join_path(path, key), "required argument is missing")

@@ -1,4 +1,5 @@
 """What `up train` and `up eval` do once the config is resolved."""
+import contextlib
 import json
 import logging
 import os
@@ -7,6 +8,7 @@ import sys
 
 import yaml
 
+from .config.redact import redact, redact_argv
 from .errors import CheckpointError, ConfigError
 
 log = logging.getLogger("up")
@@ -88,7 +90,7 @@ def env_info():
         "torchvision": torchvision.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "platform": platform.platform(),
-        "argv": " ".join(sys.argv),
+        "argv": " ".join(redact_argv(sys.argv)),
     }
 
 
@@ -99,7 +101,7 @@ def write_resolved_config(cfg, run_dir):
     path = os.path.join(run_dir, "config.yaml")
     with open(path, "w", encoding="utf-8") as f:
         f.write("# resolved by up train\n" + header)
-        yaml.safe_dump(cfg, f, sort_keys=False)
+        yaml.safe_dump(redact(cfg), f, sort_keys=False)
     return path
 
 
@@ -120,8 +122,9 @@ def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=Fal
 
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
-    from .engine.builder import build_trainer, resolve_path, restore
+    from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
+    from .engine.run_lock import hold_run_dir
 
     run_dir = work_dir or os.getcwd()
     is_main = DistInfo().is_main
@@ -129,7 +132,17 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
         check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
         if not evaluate_only:
             check_writable(resolve_path(cfg["saver"]["save_dir"], work_dir), "saver.save_dir")
-    setup_logging(run_dir, is_main)
+    # Rank 0 holds the run dir for the whole run: a second `up train` there stops at once.
+    with hold_run_dir(run_dir) if is_main else contextlib.nullcontext() as stale_lock:
+        setup_logging(run_dir, is_main)
+        if stale_lock:
+            log.warning("run dir lock: taking over from %s, which ended without releasing it", stale_lock)
+        return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device)
+
+
+def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device):
+    from .engine.builder import build_trainer, resolve_path, restore
+
     if resume and not os.path.exists(resume):
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")
     if is_main:

@@ -97,3 +97,40 @@ def test_worker_death_while_a_sigterm_is_pending_still_exits_143(tmp_path):
     snap = torch.load(ckpts / "ckpt_e1-i1.pth", map_location="cpu", weights_only=True)
     assert snap["iter"] == 1
     assert calls.read_text() == "requeue 77\n"
+
+
+def test_second_run_in_the_same_run_dir_exits_2_naming_the_holder(tmp_path):
+    """Two real `up train` on one run dir: the second stops at once, naming the first's PID and
+    host, and touches nothing; the first runs on (it is stopped here with SIGTERM: exit 143)."""
+    run_dir, marker = tmp_path / "run", tmp_path / "gate"
+    first = start(cfg_file(tmp_path, "first", hooks=[{"type": "test_gate", "kwargs": {"at": [1],
+                                                                                        "marker": str(marker)}}]),
+                  run_dir)
+    wait_file(f"{marker}.i1", first)
+    before = {**fingerprint(run_dir / "checkpoints"), "config": fingerprint(run_dir)}
+    second = start(cfg_file(tmp_path, "second"), run_dir)
+    out, err = second.communicate(timeout=120)
+    assert_one_line(ProcResult(second.returncode, out, err),
+                    f"run dir {run_dir} is in use by another up train: PID {first.pid} on host "
+                    f"{socket.gethostname()} since ", "give another --work-dir")
+    assert {**fingerprint(run_dir / "checkpoints"), "config": fingerprint(run_dir)} == before
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 143, err[-3000:]
+    assert (run_dir / "checkpoints" / "ckpt_e1-i1.pth").exists()
+
+
+def test_lock_of_a_killed_run_is_taken_over(tmp_path):
+    """SIGKILL leaves the lock file with the dead holder's PID: the next run takes it over."""
+    run_dir, marker = tmp_path / "run", tmp_path / "gate"
+    dead = start(cfg_file(tmp_path, "dead", hooks=[{"type": "test_gate", "kwargs": {"at": [1],
+                                                                                      "marker": str(marker)}}]),
+                 run_dir)
+    wait_file(f"{marker}.i1", dead)
+    dead.kill()
+    dead.communicate(timeout=60)
+    assert f"PID {dead.pid} on host" in (run_dir / ".up.lock").read_text()
+    res = invoke(["train", "--config", cfg_file(tmp_path, "next"), "--work-dir", run_dir])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert f"run dir lock: taking over from PID {dead.pid} on host" in res.stdout
+    assert (run_dir / ".up.lock").read_text() == ""  # released cleanly

@@ -10,6 +10,7 @@ import logging
 import torch
 
 from ..data.loader import to_device
+from ..config.redact import redact
 from ..errors import TrainingInterrupted
 from . import schedule
 from .checkpoint_policy import CheckpointPolicy
@@ -187,7 +188,7 @@ class Trainer:
             "hooks": self.hooks.state_dict(),
             "rng": rng_state(),
             "metric_val": None,
-            "config": self.cfg,
+            "config": redact(self.cfg),  # tokens and passwords stay out of checkpoint files
         }
         self.hooks.call("before_save_checkpoint", self, ckpt)
         return ckpt

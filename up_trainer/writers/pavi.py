@@ -16,6 +16,7 @@ import time
 from typing import Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from ..config.redact import REDACTED
 from ..errors import ConfigError
 from ..registry import WRITERS
 
@@ -36,6 +37,15 @@ def safe_url(url):
         return urlunsplit((parts.scheme, host, parts.path, "", ""))
     except ValueError:
         return "<invalid url>"
+
+
+def without_credentials(url):
+    """The URL without its user:password@ part (the rest, query included, unchanged)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _wire_number(v):
@@ -60,7 +70,14 @@ class PaviWriter:
         import requests  # noqa: F401  (fail here, in the main thread, when it is missing)
 
         self.url = url or os.environ["UP_PAVI_URL"]
+        if token == REDACTED:  # a config.yaml written by an earlier run: the real token is not in it
+            log.warning("pavi writer: writer_kwargs.token is %s (a run's saved config.yaml?): "
+                        "using UP_PAVI_TOKEN instead", REDACTED)
+            token = None
         self._token = token or os.environ.get("UP_PAVI_TOKEN") or None
+        # requests turns user:password in a URL into Basic auth, which would replace the
+        # Bearer header: with a token, the credentials are dropped from the URL posted to.
+        self._post_url = without_credentials(self.url) if self._token else self.url
         self.project = project
         if run_name is None:  # the run directory's name for the default logdir "log"
             run_name = os.path.basename(os.path.dirname(os.path.abspath(logdir))) if logdir else "run"
@@ -221,7 +238,7 @@ class PaviWriter:
         while True:
             status, error = None, None
             try:
-                r = session.post(self.url, data=body, headers=headers, timeout=self._request_timeout())
+                r = session.post(self._post_url, data=body, headers=headers, timeout=self._request_timeout())
                 status = r.status_code
                 r.close()
             except Exception as exc:  # refused, reset, timed out...: all retryable
