@@ -7,11 +7,14 @@ with the wider header, which happens only a few times per run (first train row, 
 """
 import csv
 import json
+import logging
 import math
 import os
+import time
 
 CSV_NAME = "metrics.csv"
 JSONL_NAME = "metrics.jsonl"
+log = logging.getLogger("up")
 FIRST_COLUMNS = ["phase", "epoch", "iter"]
 
 
@@ -46,10 +49,16 @@ class MetricsTable:
     def _trim_csv(self, upto):
         if not os.path.exists(self.csv_path):
             return
-        with open(self.csv_path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            rows = [r for r in reader if (_row_iter(r) or 0) <= upto]
+        try:
+            with open(self.csv_path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                header = list(reader.fieldnames or [])
+                rows = [r for r in reader if (_row_iter(r) or 0) <= upto]
+            if header and not set(FIRST_COLUMNS) <= set(header):
+                raise ValueError(f"its header has no {'/'.join(FIRST_COLUMNS)} columns")
+        except (csv.Error, UnicodeDecodeError, ValueError, IsADirectoryError) as exc:
+            set_aside(self.csv_path, exc)
+            return
         if header:
             self.columns = header + [c for c in FIRST_COLUMNS if c not in header]
         self._rewrite_csv(rows)
@@ -58,14 +67,18 @@ class MetricsTable:
         if not os.path.exists(self.jsonl_path):
             return
         kept = []
-        with open(self.jsonl_path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:  # a line cut short by a kill: drop it
-                    continue
-                if isinstance(row, dict) and (_row_iter(row) or 0) <= upto:
-                    kept.append(line if line.endswith("\n") else line + "\n")
+        try:
+            with open(self.jsonl_path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except ValueError:  # a line cut short by a kill: drop it
+                        continue
+                    if isinstance(row, dict) and (_row_iter(row) or 0) <= upto:
+                        kept.append(line if line.endswith("\n") else line + "\n")
+        except UnicodeDecodeError as exc:
+            set_aside(self.jsonl_path, exc)
+            return
         _atomic_write(self.jsonl_path, "".join(kept))
 
     # -- writing --------------------------------------------------------------------------------
@@ -98,6 +111,19 @@ class MetricsTable:
         for r in rows:
             w.writerow({k: v for k, v in r.items() if k is not None})
         _atomic_write(self.csv_path, buf.getvalue())
+
+
+def set_aside(path, why):
+    """A metrics file that cannot be read (hand-edited, binary garbage) must not stop a resume:
+    it is kept, renamed ``<name>.corrupt-<time>``, and a new file starts."""
+    kept = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while os.path.exists(kept):
+        n += 1
+        kept = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    os.replace(path, kept)
+    log.warning("%s cannot be read (%s): kept as %s, starting a new one", os.path.basename(path),
+                str(why).splitlines()[0][:200], os.path.basename(kept))
 
 
 def _atomic_write(path, text):
