@@ -5,7 +5,7 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
 
 0. errors                       what a user did wrong, as exceptions
 1. registry, config, exits      names -> builders; YAML -> validated dict; the exit-code policy
-2. weights, render, data, memckpt, writers, plot
+2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
 4. engine                       trainer, hook dispatch, checkpoints, optimization, the builder
@@ -23,7 +23,7 @@ PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
     ["registry", "config", "exits"],
-    ["weights", "render", "data", "memckpt", "writers", "plot"],
+    ["weights", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks"],
     ["engine"],
     ["hooks"],

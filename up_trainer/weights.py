@@ -20,7 +20,7 @@ def load_weights(path):
     if not os.path.exists(path):
         raise CheckpointError(f"weights file not found: {path}")
     if os.path.isfile(path):
-        from .engine.checkpoint import verify_checksums  # here: that module imports this one
+        from .integrity import verify_checksums
 
         bad = verify_checksums(path)
         if bad:
