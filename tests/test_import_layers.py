@@ -10,7 +10,7 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
 4. engine                       trainer, hook dispatch, checkpoints, optimization, the builder
 5. hooks                        every feature of a run, on top of the engine's events
-6. run, predict, flops          what the commands do
+6. run, predict, flops, export  what the commands do
 7. cli, __main__                the `up` command
 """
 import ast
@@ -27,7 +27,7 @@ LAYERS = [
     ["tasks"],
     ["engine"],
     ["hooks"],
-    ["run", "predict", "flops"],
+    ["run", "predict", "flops", "export"],
     ["cli", "__main__"],
 ]
 

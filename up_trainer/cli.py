@@ -106,6 +106,32 @@ def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_t
     predict(cfg, checkpoint, input_path, out_dir, score_thr=score_thr, device=device, use_ema=not no_ema)
 
 
+@main.command("export", context_settings=_ARGS)
+@config_options
+@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to export")
+@click.option("--format", "fmt", type=click.Choice(["onnx", "torchscript"]), required=True, help="file format")
+@click.option("--out", default=None, metavar="FILE", help="output file (default: CKPT with .onnx / .pt)")
+@click.option("--input-size", default=None, metavar="C,H,W",
+              help="input size (default: classification the test dataset's, detection min_size square)")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True,
+              help="largest error allowed between export and PyTorch (|a-b| / (1+|b|))")
+@click.option("--opset", type=click.IntRange(min=11), default=17, show_default=True, help="ONNX opset")
+@click.option("--no-ema", is_flag=True, help="export the raw weights even when EMA weights are saved")
+@click.pass_context
+@run_safely
+def export_cmd(ctx, config_path, opts, checkpoint, fmt, out, input_size, tolerance, opset, no_ema):
+    """Export a model to ONNX or TorchScript and verify it against PyTorch (exit 1 if it differs)."""
+    from .export import export_model
+    from .run import setup_logging
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    setup_logging(None)
+    record = export_model(cfg, checkpoint, fmt, out, input_size=input_size, use_ema=not no_ema,
+                          tolerance=tolerance, opset=opset)
+    click.echo(f"{record['file']}: {record['weights']} weights, max error {record['max_error']:.3g} "
+               f"<= {record['tolerance']:g}")
+
+
 @main.group("data")
 def data_group():
     """Write built-in data sets to disk."""

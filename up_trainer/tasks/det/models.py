@@ -11,7 +11,7 @@ downloaded: ``pretrained`` (whole detector, torchvision or our key layout) and
 """
 import logging
 from collections import OrderedDict
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -54,7 +54,8 @@ def _extra_block(kind, channels, path="fpn_extra"):
     class _NoExtra(ExtraFPNBlock):
         """Adds no level (torchvision's default would add a max-pool level)."""
 
-        def forward(self, results, x, names):
+        def forward(self, results: List[torch.Tensor], x: List[torch.Tensor],
+                    names: List[str]) -> Tuple[List[torch.Tensor], List[str]]:  # typed: TorchScript export
             return results, names
 
     if kind not in FPN_EXTRAS:

@@ -1,0 +1,195 @@
+"""``up export``: a trained model as ONNX or TorchScript, verified against PyTorch on export.
+
+What is exported (see :mod:`.graphs`): classifiers as image batch -> logits, scores;
+RetinaNet / FCOS to ONNX as raw head outputs plus anchors (post-processing in :mod:`.decode`,
+a documented step); every detector to TorchScript as the whole torchvision model with its
+post-processing (list of images -> detections), or, where TorchScript cannot compile the
+net, as raw head outputs like ONNX. The batch axis is dynamic everywhere.
+
+Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
+Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
+random inputs of batch sizes 1 and 3 (the export traced batch 2); the largest error (see
+:mod:`.verify`) must be <= the tolerance, else :class:`ExportMismatch` (exit 1, the error in
+one line; the file stays for inspection). ``<out>.json`` beside the model records inputs,
+outputs, the weights used, the tolerance, the measured error and, for raw heads, the decode
+parameters.
+"""
+import json
+import logging
+import math
+import os
+
+import torch
+
+from ..errors import ConfigError, UserError
+from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
+from .verify import detections_error, onnx_runner, tensors_error
+
+log = logging.getLogger("up")
+FORMATS = ("onnx", "torchscript")
+SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+DEFAULT_TOLERANCE = 1e-4
+VERIFY_BATCHES = (1, 3)
+TRACE_BATCH = 2
+
+
+class ExportMismatch(UserError):
+    """The exported model disagrees with PyTorch beyond the tolerance."""
+
+    exit_code = 1
+
+
+def _weights_kind(checkpoint, use_ema):
+    from ..engine.checkpoint import load_checkpoint
+    from ..errors import CheckpointError
+
+    try:
+        ckpt = load_checkpoint(checkpoint)
+    except CheckpointError:
+        return "model"  # bare weights: load_model reports a real problem
+    ema = ckpt.get("ema")
+    return "ema" if use_ema and isinstance(ema, dict) and isinstance(ema.get("model"), dict) else "model"
+
+
+def _input_size(cfg, model, input_size):
+    from ..flops import parse_input_size
+
+    if input_size:
+        return parse_input_size(input_size)
+    if is_detector(model):
+        t = model.detector.transform
+        side = int(t.min_size[-1]) if isinstance(t.min_size, (list, tuple)) else int(t.min_size)
+        side = -(-side // 32) * 32  # the detector pads to a multiple of 32: export that size
+        return (3, side, side)
+    from ..engine.builder import build_dataset
+
+    entry = cfg["dataset"].get("test") or cfg["dataset"].get("train")
+    if entry is None:
+        raise ConfigError("--input-size", "no dataset in the config to read the input size from", "give C,H,W")
+    return tuple(build_dataset(entry, "dataset.test")[0]["image"].shape)
+
+
+def _inputs(size, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand((batch, *size), generator=g)
+
+
+def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=True,
+                 tolerance=DEFAULT_TOLERANCE, opset=17):
+    """Export, verify, write ``out`` and ``out.json``; returns the JSON record."""
+    from ..predict import load_model
+
+    if fmt not in FORMATS:
+        raise ConfigError("--format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
+    if not (tolerance > 0 and math.isfinite(tolerance)):
+        raise ConfigError("--tolerance", f"must be a positive number, got {tolerance}")
+    if fmt == "onnx":
+        try:
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError("--format", f"onnx export needs onnx and onnxruntime ({exc.name} is missing)",
+                              "pip install up-trainer[export]") from None
+    model = load_model(cfg, checkpoint, "cpu", use_ema)
+    weights = _weights_kind(checkpoint, use_ema)
+    size = _input_size(cfg, model, input_size)
+    out = out or os.path.splitext(checkpoint)[0] + SUFFIX[fmt]
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if is_detector(model) and fmt == "onnx" and model.kind not in DENSE_KINDS:
+        raise ConfigError("--format", f"onnx export of {model.kind} is not supported (raw heads: "
+                          f"{', '.join(DENSE_KINDS)} only)", "use --format torchscript")
+    with torch.no_grad():
+        record = None
+        if not is_detector(model):
+            record = _export_tensors(ClassifierGraph(model).eval(), ["logits", "scores"], size, fmt, out, opset)
+            record["task"] = "cls"
+        elif fmt == "torchscript":
+            record = _export_scripted(model, size, out)
+        if record is None:
+            record = _export_raw_heads(model, size, fmt, out, opset)
+    record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
+                  verified_batches=list(VERIFY_BATCHES))
+    with open(out + ".json", "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+    error = record["max_error"]
+    if not error <= tolerance:
+        raise ExportMismatch(f"export verification failed: {fmt} output differs from PyTorch by "
+                             f"max error {error:.3g} > tolerance {tolerance:g} ({out} kept for inspection)")
+    log.info("exported %s weights to %s (%s); verified on batches %s: max error %.3g <= %g",
+             weights, out, fmt, list(VERIFY_BATCHES), error, tolerance)
+    return record
+
+
+def _export_tensors(graph, output_names, size, fmt, out, opset):
+    """Trace ``graph`` at batch 2 with a free batch axis, reload the file, compare."""
+    example = _inputs(size, TRACE_BATCH, seed=0)
+    if fmt == "onnx":
+        _onnx_export(graph, example, output_names, out, opset)
+        run = onnx_runner(out)
+    else:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit announces its deprecation
+            traced = torch.jit.trace(graph, (example,), check_trace=False)
+            traced.save(out)
+            loaded = torch.jit.load(out)
+        run = lambda x: list(loaded(x))  # noqa: E731
+    error = 0.0
+    for i, batch in enumerate(VERIFY_BATCHES):
+        x = _inputs(size, batch, seed=1 + i)
+        error = max(error, tensors_error(run(x), list(graph(x))))
+    return {"input": {"name": "image", "shape": ["batch", *size]},
+            "outputs": output_names, "max_error": error}
+
+
+def _onnx_export(graph, example, output_names, out, opset):
+    import warnings
+
+    axes = {"image": {0: "batch"}, **{n: {0: "batch"} for n in output_names if n != "anchors"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript-based exporter announces its deprecation
+        # The TorchScript-based exporter: seconds, where the torch.export one takes ten times
+        # longer for these nets and gives the same graph.
+        torch.onnx.export(graph, (example,), out, input_names=["image"], output_names=output_names,
+                          dynamic_axes=axes, opset_version=opset, dynamo=False)
+
+
+def _export_raw_heads(model, size, fmt, out, opset):
+    from .decode import decode_params
+
+    if model.kind not in DENSE_KINDS:
+        raise ConfigError("--format", f"{model.kind} has no raw-head export (only {', '.join(DENSE_KINDS)})",
+                          "use --format torchscript")
+    graph = DenseHeadsGraph(model, size[1], size[2]).eval()
+    record = _export_tensors(graph, graph.output_names, size, fmt, out, opset)
+    record.update(task="det", post_processing="decode step (up_trainer.export.decode)",
+                  decode=dict(decode_params(model, graph), image_size=[size[1], size[2]]))
+    record["input"]["range"] = "[0, 1], resized to the export size; normalised inside the graph"
+    return record
+
+
+def _export_scripted(model, size, out):
+    """The whole detector, post-processing included, as TorchScript; None when TorchScript
+    cannot compile this net (the caller then exports raw heads)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script announces its deprecation
+        try:
+            scripted = scripted_detector(model)
+        except Exception as exc:  # TorchScript's compile errors have no common type
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning("torchscript: the detector does not compile with post-processing (%s); "
+                        "exporting raw head outputs and anchors instead", first)
+            return None
+        scripted.save(out)
+        loaded = torch.jit.load(out)
+        error = 0.0
+        for i, batch in enumerate(VERIFY_BATCHES):
+            images = list(_inputs(size, batch, seed=1 + i))
+            images[-1] = images[-1][:, : size[1] * 3 // 4]  # images of different sizes in one list
+            error = max(error, detections_error(loaded(images), model({"image": images})["detections"]))
+    return {"task": "det", "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
+            "outputs": "one {boxes (xyxy, input pixels), scores, labels (1..C)} per image",
+            "post_processing": "included", "max_error": error}
