@@ -274,3 +274,13 @@ def test_our_own_names_pass_the_map_unchanged(backbone, in_plane):
     model = build_model(net)
     state = model.state_dict()
     assert list(model.translate_up_weights(state)) == list(state)
+
+
+def test_readme_names_every_refused_up_type():
+    from up_trainer.tasks.up_nets.refused import REFUSED
+
+    with open(os.path.join(os.path.dirname(UP_CLS), "..", "..", "..", "README.rst"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme[readme.index("UP nets\n~~~~~~~"):]
+    missing = [t for t in REFUSED if not t.endswith("_") and not t.startswith("Big") and f"``{t}``" not in section]
+    assert missing == []
