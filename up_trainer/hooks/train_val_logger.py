@@ -66,7 +66,7 @@ class TrainValLogger(Hook):
     and the gradient norm (``grad_norm``: measured at every optimizer step, one fused
     reduction; grad_clipper's pre-clip norm when one runs). A live progress bar when stdout
     is a TTY. ``summary_writer``:
-    tensorboard | pavi | none, built with ``writer_kwargs``; event files go to ``logdir``
+    tensorboard | pavi | mlflow | none, built with ``writer_kwargs``; event files go to ``logdir``
     (relative to the run dir). metrics.csv / metrics.jsonl always; results.png at the end.
     """
 
@@ -136,13 +136,16 @@ class TrainValLogger(Hook):
                                   f"{self.summary_writer} writer unavailable: {exc}",
                                   "install it, or set summary_writer: none") from None
             where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {logdir}"
+            if hasattr(self.writer, "add_config"):
+                from ..config.redact import redact
+
+                self.writer.add_config(redact(trainer.cfg))
             atexit.register(self._close_writer)  # interrupted runs skip after_train
         log.info("logging every %d iterations to %s", self._freq, where)
 
     def after_train(self, trainer):
         self._detach_bar_clearing()
         self._clear_bar()
-        self._close_writer()
         if self._main and self.plot and self.table is not None:
             try:
                 from ..plot import plot_run
@@ -150,6 +153,23 @@ class TrainValLogger(Hook):
                 log.info("training curves: %s", plot_run(trainer.run_dir))
             except Exception as exc:  # a plotting problem must not fail a finished run
                 log.warning("could not draw results.png: %s", exc)
+        if self.writer is not None and hasattr(self.writer, "add_artifact"):
+            self._send_artifacts(trainer)
+        self._close_writer()
+
+    def _send_artifacts(self, trainer):
+        """The best checkpoint and the plots (results.png, results_dir's evaluation plots)."""
+        from ..engine.checkpoint import BEST
+
+        trainer.store.flush()  # an asynchronous write of ckpt_best.pth may still be in flight
+        found = [(trainer.store.path(BEST), "checkpoints"), (os.path.join(trainer.run_dir, "results.png"), None)]
+        results_dir = trainer.results_dir
+        if results_dir and os.path.isdir(results_dir):
+            found += [(os.path.join(results_dir, f), "results_dir") for f in sorted(os.listdir(results_dir))
+                      if f.endswith((".png", ".csv"))]
+        for path, where in found:
+            if os.path.exists(path):
+                self.writer.add_artifact(path, where)
 
     def on_exception(self, trainer, exc):
         self._detach_bar_clearing()

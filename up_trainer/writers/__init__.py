@@ -1,11 +1,13 @@
 """Summary writers for train_val_logger, registered in WRITERS by ``summary_writer`` name.
 
 A writer has ``add_scalar(tag, value, step)``, ``add_scalars(main_tag, dict, step)``,
-``flush()`` and ``close(timeout=None)``. Its constructor takes ``logdir``, ``start_iter``
+``flush()`` and ``close(timeout=None)``; optionally ``add_config(cfg)`` (the redacted
+resolved config, at the start) and ``add_artifact(path, artifact_path)`` (the best
+checkpoint and the plots, at the end). Its constructor takes ``logdir``, ``start_iter``
 and ``start_epoch`` (supplied by the logger: where a resumed run continues) plus the user's
 ``writer_kwargs``. Heavy clients (tensorboardX, requests) are imported when a writer is
 built, not here. metrics.csv / metrics.jsonl are
 written by :class:`~up_trainer.writers.table.MetricsTable` whatever the writer.
 """
-from . import pavi, tensorboard  # noqa: F401  (registration)
+from . import mlflow, pavi, tensorboard  # noqa: F401  (registration)
 from .table import MetricsTable  # noqa: F401
