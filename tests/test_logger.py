@@ -75,7 +75,8 @@ def fake_trainer(run_dir, epoch_len=10, max_epoch=2, display=None):
     st.epoch_len = epoch_len
     return SimpleNamespace(state=st, dist=SimpleNamespace(is_main=True, enabled=False), device=torch.device("cpu"),
                            optim=SimpleNamespace(lr=lambda: 0.01), outputs={}, run_dir=str(run_dir),
-                           max_epoch=max_epoch, display=display, scalars=Scalars())
+                           max_epoch=max_epoch, total_iters=max_epoch * epoch_len, display=display,
+                           scalars=Scalars())
 
 
 def drive(hook, trainer, clock, n_iters, phase_times, metrics=None):

@@ -60,9 +60,15 @@ SCHEMAS = {
         "aligned": Field(bool, False, "UP's +1 pixel box width convention: accepted and recorded, not applied"),
         "task_names": Field((str, list, type(None)), None, "UP: cls or det; recorded (the task follows from the "
                                                          "net and dataset types)"),
+        "iter_base": Field(bool, False, "UP: test/save frequencies and starts count iterations (unset ones default "
+                                        "to 5000); LR schedule kwargs count updates"),
     },
     "trainer": {
-        "max_epoch": Field(int, REQUIRED, "number of epochs (1-based, inclusive)", minimum=1),
+        "max_epoch": Field((int, float, type(None)), None, "number of epochs (1-based, inclusive); a fraction "
+                                                           "trains int(max_epoch x epoch_len) iterations (UP)"),
+        "max_iter": Field((int, type(None)), None, "UP: train this many iterations instead (wins over max_epoch); "
+                                                   "the last epoch stops early", minimum=1),
+        "is_eval": Field(bool, True, "UP: false = never evaluate during training, not even at the end"),
         "test_freq": Field(int, 1, "evaluate every test_freq epochs from test_start", minimum=1),
         "test_start": Field(int, 1, "first epoch that may be evaluated", minimum=1),
         "save_freq": Field(int, 1, "write ckpt_e{e}.pth every save_freq epochs from save_start", minimum=1),
@@ -161,12 +167,32 @@ def validate(cfg):
     for name in SCHEMAS:
         out[name] = validate_section(name, cfg.get(name))
     _normalize_dataset(out["dataset"])
+    _check_run_length(out["trainer"], out["runtime"], cfg.get("trainer") or {})
     out.setdefault("hooks", [])
     if out["hooks"] is None:
         out["hooks"] = []
     if "net" not in out or out["net"] is None:
         raise ConfigError("net", "required section is missing", "e.g. net: {type: resnet18, kwargs: {num_classes: 10}}")
     return out
+
+
+# UP's defaults for the frequencies under runtime.iter_base (they then count iterations).
+ITER_BASE_FREQ_DEFAULT = 5000
+ITER_BASE_FREQ_KEYS = ("test_freq", "save_freq", "save_latest_freq")
+
+
+def _check_run_length(trainer, runtime, raw_trainer):
+    max_epoch, max_iter = trainer["max_epoch"], trainer["max_iter"]
+    if max_epoch is None and max_iter is None:
+        raise ConfigError("trainer.max_epoch", "required key is missing", "give max_epoch (or UP's max_iter)")
+    if max_epoch is not None and not max_epoch > 0:
+        raise ConfigError("trainer.max_epoch", f"must be > 0, got {max_epoch}")
+    if isinstance(max_epoch, float) and max_epoch.is_integer():
+        trainer["max_epoch"] = int(max_epoch)
+    if runtime["iter_base"]:
+        for key in ITER_BASE_FREQ_KEYS:
+            if raw_trainer.get(key) is None:
+                trainer[key] = ITER_BASE_FREQ_DEFAULT
 
 
 def _normalize_dataset(ds):

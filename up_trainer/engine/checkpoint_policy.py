@@ -54,10 +54,14 @@ class CheckpointPolicy:
         if name not in self.requested:
             self.requested.append(name)
 
-    def names_due(self, epoch):
-        """Every name the state at the end of ``epoch`` is due under; clears the requests."""
+    def names_due(self, epoch, periodic_name=None):
+        """Every name the state at the end of ``epoch`` is due under; clears the requests.
+
+        Under runtime.iter_base ``epoch`` is the global iteration (the trainer section's
+        max_epoch then holds the last iteration) and ``periodic_name`` the file a periodic save
+        goes to (default ``ckpt_e{epoch}.pth``)."""
         t = self.trainer_cfg
-        names = [epoch_name(epoch)] if should_save(epoch, t) else []
+        names = [periodic_name or epoch_name(epoch)] if should_save(epoch, t) else []
         if should_save_cur(epoch, t):
             names.append(LATEST)
         names += [n for n in self.requested if n not in names]

@@ -84,9 +84,15 @@ class Optimization:
         self.updates_per_epoch = -(-iters_per_epoch // self.accumulate)
         if world_size is None:
             world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, trainer_cfg.get("lr_scheduler"),
-                                               self.updates_per_epoch, trainer_cfg["max_epoch"],
-                                               world_size=world_size, batch_size=batch_size * self.accumulate)
+        from .run_length import RunLength
+
+        length = RunLength(trainer_cfg, iters_per_epoch, runtime_cfg.get("iter_base", False))
+        # UP's iter_base: the schedule's epoch-valued kwargs count updates (an "epoch" of 1 update)
+        sched_upe = 1 if length.iter_base else self.updates_per_epoch
+        sched_epochs = length.epochs * self.updates_per_epoch if length.iter_base else length.epochs
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, trainer_cfg.get("lr_scheduler"), sched_upe,
+                                               sched_epochs, world_size=world_size,
+                                               batch_size=batch_size * self.accumulate)
         self.device_type = device.type
         self.precision = decide_precision(runtime_cfg, device)
         log_plan(self.precision)

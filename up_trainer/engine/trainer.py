@@ -4,6 +4,8 @@ Order at the end of epoch e: after_epoch(e) -> [evaluate] -> one checkpoint stat
 under every name the checkpoint policy says is due (ckpt_e{e}.pth, ckpt_latest.pth, names
 hooks requested such as ckpt_best.pth; see :mod:`.checkpoint_policy`). Interrupt snapshots
 come from hooks via :meth:`save_checkpoint`.
+Under ``runtime.iter_base`` the same work is checked after every iteration, by iteration
+number; mid-epoch checkpoints are named ckpt_e{e}-i{iter}.pth (README, Run length).
 """
 import logging
 
@@ -14,8 +16,10 @@ from ..config.redact import redact
 from ..errors import TrainingInterrupted
 from . import schedule
 from .checkpoint_policy import CheckpointPolicy
+from .checkpoint import epoch_name, interrupt_name
 from .checkpoint_fit import check_resumable
 from .rng import rng_state, set_rng_state
+from .run_length import RunLength
 from .scalars import Scalars
 from .state import TrainState
 
@@ -49,7 +53,9 @@ class Trainer:
         self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
         self.state = TrainState()
         self.state.epoch_len = loaders.epoch_len() if loaders.train_set is not None else 0
-        self.checkpoints = CheckpointPolicy(self.trainer_cfg)  # which names are due, which files kept
+        self.length = RunLength(self.trainer_cfg, self.state.epoch_len, cfg["runtime"].get("iter_base", False))
+        self.schedule_cfg = self.length.schedule_cfg(self.trainer_cfg)  # max_epoch = the final position
+        self.checkpoints = CheckpointPolicy(self.schedule_cfg)  # which names are due, which files kept
         self.did_update = False  # whether the last iteration stepped the optimizer
         self.outputs = {}  # last training outputs (losses), for logging hooks
         self.scalars = Scalars()  # what hooks measure for other hooks (grad_norm, ...): see engine/scalars.py
@@ -70,11 +76,17 @@ class Trainer:
 
     @property
     def max_epoch(self):
-        return self.trainer_cfg["max_epoch"]
+        """The last epoch (a run given in iterations ends inside it)."""
+        return self.length.max_epoch
+
+    @property
+    def total_iters(self):
+        return self.length.iterations
 
     # -- the loop -------------------------------------------------------------------------
     def train(self):
         st = self.state
+        log.info(self.length.describe())
         log.info("hook order per event:\n%s", self.hooks.order_table())
         self.hooks.call("before_train", self)
         try:
@@ -113,6 +125,8 @@ class Trainer:
         loader = self.loaders.train_loader(st.epoch, start_batch=st.epoch_iter)
         self.model.train()
         self.hooks.call("before_epoch", self, st.epoch)
+        # a run given in iterations (max_iter, fractional max_epoch) stops inside its last epoch
+        st.epoch_len = self.length.epoch_batches(st.iter - st.epoch_iter, st.epoch_len)
         batches = iter(loader)
         self.rewound = False
         while st.epoch_iter < st.epoch_len:
@@ -121,6 +135,8 @@ class Trainer:
             self.train_iter(batch)
             if self.rewound:  # a hook reloaded a checkpoint (nan_guard rollback): continue from there
                 return False
+            if self.length.iter_base and st.epoch_iter < st.epoch_len:
+                self.periodic_work(epoch_end=False)
         del batches
         return True
 
@@ -146,12 +162,20 @@ class Trainer:
         self.hooks.call("after_update", self, it)
 
     def finish_epoch(self):
-        st, t = self.state, self.trainer_cfg
-        self.hooks.call("after_epoch", self, st.epoch)
-        if self.loaders.test_set is not None and schedule.should_eval(st.epoch, t):
+        self.hooks.call("after_epoch", self, self.state.epoch)
+        self.periodic_work(epoch_end=True)
+
+    def periodic_work(self, epoch_end):
+        """Evaluate and save as the schedule says, at an epoch's end (or, under iter_base,
+        after any iteration: positions are then iteration numbers)."""
+        st, t = self.state, self.schedule_cfg
+        pos = st.iter if self.length.iter_base else st.epoch
+        if self.loaders.test_set is not None and t.get("is_eval", True) and schedule.should_eval(pos, t):
             self.evaluate()
-        names = self.checkpoints.names_due(st.epoch)
-        st.epoch_done = True
+        name = epoch_name(st.epoch) if epoch_end else interrupt_name(st.epoch, st.iter)
+        names = self.checkpoints.names_due(pos, periodic_name=name)
+        if epoch_end:
+            st.epoch_done = True
         if names:
             self.save_checkpoint(names)
 

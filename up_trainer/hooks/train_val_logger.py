@@ -108,7 +108,7 @@ class TrainValLogger(Hook):
         self._started = True
         self._main = trainer.dist.is_main
         self._freq = trainer.display or self.freq
-        self._total = trainer.max_epoch * st.epoch_len
+        self._total = trainer.total_iters
         self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
         self._timer, self._seen = _Timer(), 0
         self._losses = {}  # under DDP: the loss terms averaged over ranks at the last log line
