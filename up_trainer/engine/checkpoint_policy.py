@@ -10,6 +10,8 @@ of epoch e (1-based; ``t`` is the trainer section):
   points ckpt_latest.pth at itself too (the store does that);
 - best, and any other name a hook asks for this epoch (:meth:`CheckpointPolicy.request`):
   auto_save_best requests ``ckpt_best.pth`` when the monitored metric improves;
+- interrupt snapshots (auto_checkpoint, on a signal or an exception): ``ckpt_e{e}-i{iter}.pth``,
+  none when the state at this iteration is already saved (:meth:`CheckpointPolicy.is_saved`);
 - keep-N (:meth:`CheckpointPolicy.rotate`, ``keep`` >= 1): only the newest N numbered files
   (``ckpt_e{e}.pth`` and interrupt snapshots ``ckpt_e{e}-i{iter}.pth``) stay.
 
@@ -23,7 +25,7 @@ import logging
 import math
 import os
 
-from .checkpoint import LATEST, epoch_name, parse_name
+from .checkpoint import LATEST, epoch_name, interrupt_name, parse_name
 
 log = logging.getLogger("up")
 
@@ -48,6 +50,9 @@ class CheckpointPolicy:
         self.trainer_cfg = trainer_cfg
         self.keep = keep  # newest numbered files kept; -1 keeps all (auto_save_best's max_keep_ckpts)
         self.requested = []  # extra names hooks asked for at this epoch's end
+        # The iteration whose state was last saved through the trainer. Set on every rank
+        # (Trainer.save_checkpoint runs on all), so ranks agree without communicating.
+        self.saved_iter = None
 
     def request(self, name):
         """Save this epoch's end state under ``name`` too (e.g. ckpt_best.pth)."""
@@ -67,6 +72,14 @@ class CheckpointPolicy:
         names += [n for n in self.requested if n not in names]
         self.requested = []
         return names
+
+    def is_saved(self, state):
+        """Whether the state at ``state.iter`` is on disk already (latest names it)."""
+        return self.saved_iter is not None and self.saved_iter == state.iter
+
+    @staticmethod
+    def interrupt_name(state):
+        return interrupt_name(state.epoch, state.iter)
 
     def rotate(self, store):
         """Keep-N: delete the oldest numbered files beyond ``keep``; returns the removed paths."""

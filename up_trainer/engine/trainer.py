@@ -228,6 +228,7 @@ class Trainer:
                 ckpt["rng_ranks"] = rank_rngs
             paths = self.store.save(ckpt, list(names))  # the store logs each write once it is complete
         self.dist.barrier()
+        self.checkpoints.saved_iter = self.state.iter
         return paths
 
     def load_checkpoint(self, ckpt, path="checkpoint"):
@@ -245,6 +246,7 @@ class Trainer:
             ranks = ckpt.get("rng_ranks")  # present when saved under DDP; usable at the same world size
             same_world = ranks is not None and len(ranks) == self.dist.world_size
             set_rng_state(ranks[self.dist.rank] if same_world else ckpt["rng"])
+        self.checkpoints.saved_iter = None  # e.g. a nan_guard rollback: latest no longer names "now"
         self.hooks.call("after_load_checkpoint", self, ckpt)
         self.rewound = True
         st = self.state

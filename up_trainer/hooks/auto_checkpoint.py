@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 
-from ..engine.checkpoint import interrupt_name
 from ..errors import ConfigError, TrainingInterrupted, did_you_mean
 from ..registry import HOOKS
 from .base import Hook
@@ -94,7 +93,6 @@ class AutoCheckpoint(Hook):
         self._queue = collections.deque()  # appended by handlers; popleft is atomic w.r.t. them
         self._previous = {}
         self._group = None
-        self._saved_iter = None  # trainer.state.iter of the last checkpoint written, any kind
         self._start_iter = None  # trainer.state.iter when this run's training began
         self._consistent = False  # the in-memory state is at an optimizer-update boundary
 
@@ -145,12 +143,6 @@ class AutoCheckpoint(Hook):
         if name in EXIT_CODES:  # a stop request after the last iteration: the final checkpoint exists
             raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; training had finished")
 
-    def before_save_checkpoint(self, trainer, ckpt):
-        self._saved_iter = trainer.state.iter
-
-    def after_load_checkpoint(self, trainer, ckpt):
-        self._saved_iter = None  # e.g. a nan_guard rollback: what latest names is no longer "now"
-
     def on_exception(self, trainer, exc):
         self._restore_handlers()
         # A stop request queued when training failed: most likely the failure came from the same
@@ -177,11 +169,11 @@ class AutoCheckpoint(Hook):
         """Rank 0 writes the state of the last completed update, when it is one; True if written."""
         if not self._consistent or not trainer.dist.is_main:
             return False  # mid accumulation group: no consistent state / only rank 0 writes
-        if self._saved_iter == trainer.state.iter:
+        if trainer.checkpoints.is_saved(trainer.state):
             return True  # nothing new since the last checkpoint
         try:
             # No barrier: the other ranks may not be here. Rank 0 writes on its own.
-            name = interrupt_name(trainer.state.epoch, trainer.state.iter)
+            name = trainer.checkpoints.interrupt_name(trainer.state)
             log.error("exception %s: writing %s", type(exc).__name__, name)
             trainer.store.save(trainer.checkpoint_dict(), [name])
             return True
@@ -205,14 +197,14 @@ class AutoCheckpoint(Hook):
 
     def snapshot(self, trainer, why):
         st = trainer.state
-        # Only rank 0 sees saves (before_save_checkpoint); its answer is shared so that every
-        # rank takes the same branch (save_checkpoint holds a barrier). Rare path: one more reduce.
-        if max_over_ranks(trainer, int(self._saved_iter == st.iter), self._group):
+        # Every rank records the saves it took part in, so all take the same branch here
+        # (save_checkpoint holds a barrier) without a reduction.
+        if trainer.checkpoints.is_saved(st):
             # The checkpoint just written (end of epoch) already holds this state and
             # ckpt_latest.pth points at it; another copy would only cost time in a grace period.
             log.info("%s: the state at iteration %d is already saved (ckpt_latest.pth)", why, st.iter)
             return
-        name = interrupt_name(st.epoch, st.iter)
+        name = trainer.checkpoints.interrupt_name(st)
         log.info("%s: writing %s at epoch %d batch %d/%d", why, name, st.epoch, st.epoch_iter, st.epoch_len)
         trainer.save_checkpoint([name])
 
