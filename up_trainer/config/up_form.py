@@ -13,6 +13,7 @@ import hashlib
 
 from ..errors import ConfigError, did_you_mean
 from .up_dataset import translate_dataset
+from .up_trainer_defaults import apply_up_trainer_defaults
 
 UP_DEFAULT_SEED = 131  # UP's runner: runtime.random_seed defaults to 131
 
@@ -85,7 +86,12 @@ def top_level_keys(cfg, notes):
             raise ConfigError("lr_scheduler", "a top-level lr_scheduler is not read", "it belongs under trainer")
 
 
-UP_STEPS = [runtime_defaults, top_level_keys]
+def trainer_defaults(cfg, notes):
+    """UP's warmup and lr-scaling defaults, written into trainer.lr_scheduler (up_trainer_defaults.py)."""
+    notes.extend(apply_up_trainer_defaults(cfg))
+
+
+UP_STEPS = [runtime_defaults, top_level_keys, trainer_defaults]
 
 
 def file_digest(path):
