@@ -58,16 +58,18 @@ _ARGS = dict(ignore_unknown_options=False, allow_extra_args=True)
 @click.option("--display", type=click.IntRange(min=1), default=None, help="log every N iterations (overrides freq)")
 @click.option("--seed", type=int, default=None, help="overrides runtime.seed")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="overrides runtime.device")
+@click.option("--dry-run", is_flag=True, help="build everything, run 2 training iterations and 2 evaluation "
+                                               "batches, write nothing but the log")
 @click.pass_context
 @run_safely
-def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device):
+def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device, dry_run):
     """Train (or with -e, evaluate) the model a config describes."""
     from .run import run_train
 
     opts = _collect_opts(opts, ctx.args)
     cfg = _resolve(config_path, opts, seed)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
-              launch=launch, ng=ng, nm=nm, port=port, display=display, device=device)
+              launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run)
 
 
 @main.command("eval", context_settings=_ARGS)
@@ -158,13 +160,16 @@ def data_digits_det(out_dir, num_images, num_val_images, seed, canvas_size):
 @click.pass_context
 @run_safely
 def config_cmd(ctx, config_path, opts):
-    """Print the resolved, validated config."""
+    """Print the resolved config after checking everything `up train` would build (every type
+    name and kwarg; the net on the meta device), without reading data."""
     import yaml
 
     from .config.redact import redact
+    from .engine.preflight import check_buildable
 
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
     _check_up_net(cfg["net"])
+    check_buildable(cfg)
     click.echo(origin_header(cfg), nl=False)
     click.echo(yaml.safe_dump(redact(cfg), sort_keys=False), nl=False)
 

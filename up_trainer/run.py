@@ -113,21 +113,24 @@ def note_in_resolved_config(run_dir, line):
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
-              port=None, display=None, device=None):
+              port=None, display=None, device=None, dry_run=False):
     from .engine.distributed_launch import launch_workers
 
     launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
-                                       display=display, device=device),
+                                       display=display, device=device, dry_run=dry_run),
                    launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
-def _train_worker(cfg, work_dir, resume, evaluate_only, display, device):
+def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False):
     from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
     from .engine.run_lock import hold_run_dir
 
     run_dir = work_dir or os.getcwd()
     is_main = DistInfo().is_main
+    if dry_run:  # writes only its log: no run-dir lock, no checkpoint directory
+        setup_logging(run_dir, is_main)
+        return _dry_run(cfg, work_dir, device, evaluate_only)
     if is_main:
         check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
         if not evaluate_only:
@@ -165,6 +168,20 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
         write_eval_results(trainer, trainer.state.metrics, echo=False)
     return trainer.state.metrics
+
+
+def _dry_run(cfg, work_dir, device, evaluate_only):
+    """Build as ``up train`` does, 2 iterations and 2 evaluation batches, nothing saved."""
+    from .engine.builder import build_trainer
+    from .engine.dry_run import dry_run
+
+    log.info("config: %s form%s", (cfg.get("origin") or {}).get("form", "native"),
+             "".join(f"\n  {note}" for note in (cfg.get("origin") or {}).get("notes", [])))
+    trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
+    if evaluate_only:
+        require_evaluator(trainer)
+    dry_run(trainer, work_dir)
+    return {}
 
 
 def require_evaluator(trainer):

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 
+from typing import Optional
+
 import torch
 
 from ...registry import EVALUATORS
@@ -42,10 +44,13 @@ def _to_original(boxes, sx, sy):
 
 @EVALUATORS.register("COCO", aliases=("coco",))
 class CocoEvaluator:
-    """COCO bbox AP, AP50, AP75, APs/m/l, AR100 (keys bbox.*) and per-class AP via pycocotools."""
+    """COCO bbox AP, AP50, AP75, APs/m/l, AR100 (keys bbox.*) and per-class AP via pycocotools.
+
+    The ground truth comes with the test batches (the test dataset's annotations). UP's
+    ``gt_file`` names that same annotation file; it is accepted and not read again."""
 
     def __init__(self, iou_types: list = ("bbox",), per_class: bool = True, max_dets: int = 100,
-                 backend: str = "auto"):
+                 backend: str = "auto", gt_file: Optional[str] = None):
         from ...errors import ConfigError
         from .coco_backend import resolve_backend
 
