@@ -2,6 +2,7 @@
 import os
 
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
@@ -59,3 +60,13 @@ def invoke(args):
 @pytest.fixture
 def run_up():
     return invoke
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` (tests/gpu/) are skipped cleanly where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is false")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)

@@ -62,6 +62,13 @@ SCHEMAS = {
                                                          "net and dataset types)"),
         "iter_base": Field(bool, False, "UP: test/save frequencies and starts count iterations (unset ones default "
                                         "to 5000); LR schedule kwargs count updates"),
+        "channels_last": Field(bool, False, "model and 4-D image batches in torch.channels_last memory format "
+                                            "(faster convolutions with fp16/bf16 on recent GPUs)"),
+        "compile": Field((bool, dict), False, "torch.compile the model's forward: true, or a dict of torch.compile "
+                                              "kwargs (mode, dynamic, fullgraph, backend, options); checkpoints keep "
+                                              "the plain module's keys"),
+        "cudnn_benchmark": Field(bool, False, "torch.backends.cudnn.benchmark: time conv algorithms per input shape "
+                                              "and keep the fastest (fixed input sizes)"),
     },
     "trainer": {
         "max_epoch": Field((int, float, type(None)), None, "number of epochs (1-based, inclusive); a fraction "
@@ -98,7 +105,11 @@ SCHEMAS = {
         "batch_size": Field(int, 32, "training batch size per process", minimum=1),
         "test_batch_size": Field((int, type(None)), None, "evaluation batch size (default: batch_size)", minimum=1),
         "num_workers": Field(int, 0, "DataLoader worker processes", minimum=0),
-        "pin_memory": Field(bool, False, "DataLoader pin_memory"),
+        "pin_memory": Field(bool, False, "DataLoader pin_memory (with CUDA, batches are copied with non_blocking)"),
+        "persistent_workers": Field(bool, False, "keep the DataLoader worker processes alive from one epoch to the "
+                                                 "next (needs num_workers > 0)"),
+        "prefetch_factor": Field((int, type(None)), None, "batches each worker loads ahead (DataLoader's default 2 "
+                                                          "when null; needs num_workers > 0)", minimum=1),
         "drop_last": Field(bool, False, "drop the last incomplete training batch"),
         "evaluator": Field((dict, type(None)), None, "{type, kwargs}; default from the task (imagenet / COCO)"),
         "fix_seed": Field(bool, False, "the same shuffled training order every epoch (UP's dist sampler fix_seed)"),
@@ -207,6 +218,9 @@ def _normalize_dataset(ds):
         raise ConfigError("dataset.aspect_ratio_groups", f"expected a list of positive ratios, got {groups!r}")
     if ds["train"] is None and ds["test"] is None:
         raise ConfigError("dataset", "needs at least one of train / test")
+    for key in ("persistent_workers", "prefetch_factor"):
+        if ds[key] not in (None, False) and ds["num_workers"] == 0:
+            raise ConfigError(f"dataset.{key}", "needs worker processes", "set dataset.num_workers > 0")
 
 
 def reference_rows():

@@ -4,12 +4,18 @@ Augmentations draw from torch's generator seeded per batch by (seed, epoch, posi
 batch gets the same augmentation whether it is loaded in the main process or a worker, in an
 uninterrupted run or after a mid-epoch resume. The global RNG state is restored after each
 batch, so data loading never shifts the model's random stream.
+
+The training sampler hands the dataset ``(epoch, index)`` pairs rather than bare indices, so the
+epoch reaches the seeding even inside worker processes that outlive an epoch
+(``dataset.persistent_workers``): with them one DataLoader serves every epoch.
 """
+import atexit
 import math
 import signal
+import weakref
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset, default_collate
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset, default_collate
 
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .sampler import ResumableSampler
@@ -17,7 +23,9 @@ from .sampler import ResumableSampler
 
 class SeededDataset(Dataset):
     """Draws each batch's augmentation from torch's default generator seeded by
-    (seed, epoch, first index of the batch), then restores the generator.
+    (seed, epoch, first index of the batch), then restores the generator. Training items are
+    ``(epoch, index)`` pairs (:class:`EpochTagged`); the epoch they carry is kept in
+    ``self.epoch`` for the collate step that follows in the same process (``MixCollate``).
 
     DataLoader fetches a whole batch through ``__getitems__`` (in the main process or in one
     worker), so one seeding per batch suffices. ``torch.default_generator.manual_seed`` is used
@@ -42,11 +50,30 @@ class SeededDataset(Dataset):
         finally:
             gen.set_state(saved)
 
-    def __getitem__(self, index):
+    def __getitem__(self, item):
+        self.epoch, index = item
         return self._seeded(index, lambda: self.dataset[index])
 
-    def __getitems__(self, indices):
-        return self._seeded(indices[0], lambda: [self.dataset[i] for i in indices])
+    def __getitems__(self, items):
+        self.epoch = items[0][0]
+        return self._seeded(items[0][1], lambda: [self.dataset[i] for _, i in items])
+
+
+class EpochTagged(Sampler):
+    """Tags every index a sampler (or every batch a batch sampler) yields with ``epoch``, the
+    augmentation epoch of the current iteration (see the module docstring)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = 0
+
+    def __iter__(self):
+        epoch = self.epoch
+        for item in self.sampler:
+            yield [(epoch, i) for i in item] if isinstance(item, list) else (epoch, item)
+
+    def __len__(self):
+        return len(self.sampler)
 
 
 def ignore_stop_signals(worker_id):
@@ -62,12 +89,30 @@ def ignore_stop_signals(worker_id):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+_PERSISTENT = weakref.WeakSet()  # loaders whose workers outlive their iterations
+
+
+@atexit.register
+def _end_persistent_workers():
+    """Shut persistent workers down before multiprocessing's own exit handler (registered
+    earlier, so it runs later) terminates them with SIGTERM, which they ignore
+    (:func:`ignore_stop_signals`) and would then be waited for forever."""
+    for loader in list(_PERSISTENT):
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+
 def collate_fn_of(dataset):
     return getattr(dataset, "collate_fn", None) or default_collate
 
 
 class LoaderFactory:
-    """Builds the per-epoch training loader and the evaluation loader for one dataset pair."""
+    """Builds the per-epoch training loader and the evaluation loader for one dataset pair.
+
+    With ``persistent_workers`` each loader is built once and reused (its workers stay alive);
+    otherwise a fresh one per epoch / evaluation, whose workers end with it.
+    """
 
     def __init__(self, ds_cfg, train_set, test_set, seed, rank=0, world_size=1):
         self.cfg = ds_cfg
@@ -82,6 +127,8 @@ class LoaderFactory:
         self._aspect_ratios = None
         if train_set is not None and ds_cfg.get("aspect_ratio_groups"):
             self._aspect_ratios = aspect_ratios_of(train_set)
+        self._train = None  # (loader, sampler, tagged), kept with persistent workers
+        self._test = None
 
     def set_train_set(self, train_set, indices=None):
         """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples."""
@@ -90,11 +137,22 @@ class LoaderFactory:
         if self._aspect_ratios is not None:
             ratios = aspect_ratios_of(train_set)
             self._aspect_ratios = ratios if indices is None else [ratios[i] for i in indices]
+        self._train = None  # workers hold the old dataset
 
     def _common(self):
         nw = self.cfg["num_workers"]
-        return dict(num_workers=nw, pin_memory=self.cfg["pin_memory"], persistent_workers=False,
-                    worker_init_fn=ignore_stop_signals if nw else None)
+        kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"],
+                      persistent_workers=self.cfg["persistent_workers"],
+                      worker_init_fn=ignore_stop_signals if nw else None)
+        if self.cfg["prefetch_factor"] is not None:
+            kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
+        return kwargs
+
+    def _keep(self, loader):
+        if self.cfg["persistent_workers"]:
+            _PERSISTENT.add(loader)
+            return loader
+        return None
 
     def epoch_len(self):
         sampler = ResumableSampler(len(self._seeded), rank=self.rank, world_size=self.world_size)
@@ -111,11 +169,21 @@ class LoaderFactory:
     def train_loader(self, epoch, start_batch=0):
         if self.on_train_loader is not None:
             self.on_train_loader(epoch)
-        sampler = ResumableSampler(len(self._seeded), shuffle=True, seed=self.seed,
-                                   rank=self.rank, world_size=self.world_size)
+        loader, sampler, tagged = self._train or self._build_train_loader(epoch)
+        self._train = (loader, sampler, tagged) if self._keep(loader) else None
         # fix_seed (UP): every epoch walks the order of epoch 0; augmentation still varies by epoch.
         order_epoch = 0 if self.cfg.get("fix_seed") else epoch
-        self._seeded.epoch = epoch
+        self._seeded.epoch = tagged.epoch = epoch
+        if self._aspect_ratios is not None:
+            sampler.set_epoch(order_epoch)
+            tagged.sampler.start_batch = start_batch
+        else:
+            sampler.set_epoch(order_epoch, start_batch * self.cfg["batch_size"])
+        return loader
+
+    def _build_train_loader(self, epoch):
+        sampler = ResumableSampler(len(self._seeded), shuffle=True, seed=self.seed,
+                                   rank=self.rank, world_size=self.world_size)
         collate = self._collate(self.train_set)
         if self.batch_fn is not None:
             collate = MixCollate(collate, self.batch_fn, self._seeded)
@@ -123,29 +191,37 @@ class LoaderFactory:
         gen = torch.Generator().manual_seed(self.seed + epoch)
         bs = self.cfg["batch_size"]
         if self._aspect_ratios is not None:
-            sampler.set_epoch(order_epoch)
-            batches = AspectRatioBatchSampler(sampler, self._aspect_ratios, self.cfg["aspect_ratio_groups"], bs,
-                                              self.cfg["drop_last"])
-            batches.start_batch = start_batch
-            return DataLoader(self._seeded, batch_sampler=batches, collate_fn=collate, generator=gen,
-                              **self._common())
-        sampler.set_epoch(order_epoch, start_batch * bs)
-        return DataLoader(self._seeded, batch_size=bs, sampler=sampler, drop_last=self.cfg["drop_last"],
-                          collate_fn=collate, generator=gen, **self._common())
+            tagged = EpochTagged(AspectRatioBatchSampler(sampler, self._aspect_ratios, self.cfg["aspect_ratio_groups"],
+                                                         bs, self.cfg["drop_last"]))
+            loader = DataLoader(self._seeded, batch_sampler=tagged, collate_fn=collate, generator=gen,
+                                **self._common())
+        else:
+            tagged = EpochTagged(sampler)
+            loader = DataLoader(self._seeded, batch_size=bs, sampler=tagged, drop_last=self.cfg["drop_last"],
+                                collate_fn=collate, generator=gen, **self._common())
+        return loader, sampler, tagged
 
     def test_loader(self):
+        if self._test is not None:
+            return self._test
         sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
                                    world_size=self.world_size, pad=False)
         bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
-        return DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
-                          generator=torch.Generator().manual_seed(self.seed), **self._common())
+        loader = DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
+                            generator=torch.Generator().manual_seed(self.seed), **self._common())
+        self._test = self._keep(loader)
+        return loader
 
 
-def to_device(obj, device, non_blocking=False):
+def to_device(obj, device, non_blocking=False, memory_format=None):
+    """Tensors in ``obj`` (nested dicts, lists, tuples) on ``device``; with ``memory_format``
+    4-D floating tensors (image batches) are laid out in it."""
     if isinstance(obj, torch.Tensor):
+        if memory_format is not None and obj.dim() == 4 and obj.is_floating_point():
+            return obj.to(device, non_blocking=non_blocking, memory_format=memory_format)
         return obj.to(device, non_blocking=non_blocking)
     if isinstance(obj, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+        return {k: to_device(v, device, non_blocking, memory_format) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(v, device, non_blocking) for v in obj)
+        return type(obj)(to_device(v, device, non_blocking, memory_format) for v in obj)
     return obj

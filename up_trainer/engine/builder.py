@@ -12,6 +12,7 @@ from ..weights import load_fitting, load_weights
 from .checkpoint import CheckpointStore, load_checkpoint
 from .distributed import DistInfo
 from .rng import seed_everything
+from .speed import prepare_model, set_backend_flags
 
 log = logging.getLogger("up")
 
@@ -99,9 +100,12 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     if rt["tune_malloc"]:
         tune_malloc()
     if rt["deterministic"]:
+        # cuBLAS is reproducible only with a fixed workspace; without it torch refuses CUDA matmuls
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+    set_backend_flags(rt)
     dist = DistInfo()
     rank_seed = rt["seed"] + (dist.rank if rt["rank_init"] else 0)
     seed_everything(rank_seed)
@@ -119,7 +123,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     model = build_model(cfg["net"])
     if rt["special_bn_init"]:
         special_bn_init(model)
-    model = model.to(device)
+    model = prepare_model(model.to(device), rt)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
     optim = None
     if with_optim and train_set is not None:

@@ -21,6 +21,7 @@ from .checkpoint_fit import check_resumable
 from .rng import rng_state, set_rng_state
 from .run_length import RunLength
 from .scalars import Scalars
+from .speed import batch_memory_format
 from .state import TrainState
 
 log = logging.getLogger("up")
@@ -64,6 +65,7 @@ class Trainer:
         self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
         self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it
         self.interrupted = None  # set by on_exception hooks: the TrainingInterrupted to end with instead
+        self.memory_format = batch_memory_format(cfg["runtime"])  # runtime.channels_last
 
     @property
     def module(self):
@@ -144,7 +146,7 @@ class Trainer:
         st, optim, it = self.state, self.optim, self.state.iter + 1
         is_update = optim.is_update(st.epoch_iter, st.epoch_len)
         self.hooks.call("before_forward", self, it, batch)
-        batch = to_device(batch, self.device, non_blocking=True)
+        batch = to_device(batch, self.device, non_blocking=True, memory_format=self.memory_format)
         with optim.step_context(self.model, is_update):
             with optim.autocast():
                 outputs = self.model(batch)
@@ -187,7 +189,7 @@ class Trainer:
         self.model.eval()
         self.evaluator.reset()
         for batch in self.loaders.test_loader():
-            batch = to_device(batch, self.device, non_blocking=True)
+            batch = to_device(batch, self.device, non_blocking=True, memory_format=self.memory_format)
             with self.optim.autocast() if self.optim else torch.autocast("cpu", enabled=False):
                 outputs = self.module(batch)
             self.evaluator.process(batch, outputs)
