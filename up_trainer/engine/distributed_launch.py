@@ -37,6 +37,11 @@ def launch_workers(fn, kwargs, *, launch="none", ng=1, nm=1, port=None, runtime_
                               "use --launch slurm or torchrun --nnodes for several nodes")
         if ng > 1:
             return spawn_workers(fn, kwargs, ng=ng, port=port, timeout=timeout)
+        # --ng 1: this process is a group of one, DDP-wrapped (NCCL on a GPU) as every rank of a
+        # bigger run; the way to check a multi-GPU set-up on a single GPU.
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port or free_port()))
+        return run_in_group(fn, kwargs, timeout=timeout, device=device, group_of_one=True)
     elif launch == "slurm":
         os.environ.update(slurm_env(os.environ, port=port, ng=ng, nm=nm))
     elif launch != "none":
@@ -54,12 +59,13 @@ def backend_for(device):
     return "nccl"
 
 
-def init_group(timeout, device="auto"):
-    """Join the group the RANK/WORLD_SIZE/MASTER_* environment describes; no-op for a world of one."""
+def init_group(timeout, device="auto", group_of_one=False):
+    """Join the group the RANK/WORLD_SIZE/MASTER_* environment describes; no-op for a world of
+    one unless ``group_of_one`` (``--launch pytorch --ng 1``)."""
     import torch
     import torch.distributed as torch_dist
 
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch_dist.is_initialized():
+    if torch_dist.is_initialized() or (int(os.environ.get("WORLD_SIZE", "1")) <= 1 and not group_of_one):
         return False
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
@@ -74,10 +80,10 @@ def init_group(timeout, device="auto"):
     return True
 
 
-def run_in_group(fn, kwargs, *, timeout, device="auto"):
+def run_in_group(fn, kwargs, *, timeout, device="auto", group_of_one=False):
     import torch.distributed as torch_dist
 
-    joined = init_group(timeout, device)
+    joined = init_group(timeout, device, group_of_one)
     result = fn(**kwargs)
     if joined:
         # Only on success: tearing down after a failed collective can block (NCCL), and the
