@@ -12,12 +12,20 @@ from up_trainer.registry import HOOKS
 
 @HOOKS.register("test_probe")
 class TestProbe(Hook):
-    """Test only: write facts about the run to ``path`` at before_train and after_train."""
+    """Test only: write facts about the run to ``path`` at before_train and after_train.
 
-    def __init__(self, path: str = "probe.json"):
+    ``max_memory_allocated``: the highest ``torch.cuda.max_memory_allocated`` read after the
+    updates of iterations past ``peak_after_iter`` (dynamic memory_checkpoint resets the peak
+    before each forward, so each read covers at least that iteration)."""
+
+    priority = "LOWEST"  # after every other hook's after_update
+
+    def __init__(self, path: str = "probe.json", peak_after_iter: int = 0):
         super().__init__()
         self.path = path
+        self.peak_after_iter = peak_after_iter
         self.facts = {}
+        self.peak = 0
 
     def before_train(self, trainer):
         module = trainer.module
@@ -31,13 +39,16 @@ class TestProbe(Hook):
             cudnn_benchmark=torch.backends.cudnn.benchmark,
             pin_memory=trainer.loaders.cfg["pin_memory"],
         )
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.device)
         self._write()
 
+    def after_update(self, trainer, iteration):
+        if trainer.device.type == "cuda" and iteration > self.peak_after_iter:
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated(trainer.device))
+
     def after_train(self, trainer):
-        if torch.cuda.is_available():
-            self.facts["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        self.facts["max_memory_allocated"] = self.peak if trainer.device.type == "cuda" else None
         self.facts["iter"] = trainer.state.iter
         self._write()
 

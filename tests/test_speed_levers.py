@@ -3,6 +3,8 @@
 Their CUDA side (channels_last convolutions, cudnn.benchmark, pinned non_blocking copies, compile
 on a GPU) is exercised in tests/gpu/.
 """
+import subprocess
+import sys
 import time
 
 import pytest
@@ -108,3 +110,26 @@ def test_compiled_model_trains_keeps_plain_checkpoint_keys_and_resumes(tmp_path,
     assert_state_equal(b["model"], c["model"])
     assert c["iter"] == b["iter"]
     print(f"compile test took {time.perf_counter() - started:.1f} s")
+
+
+def test_a_process_holding_persistent_workers_exits(tmp_path):
+    """Workers ignore SIGTERM (a stop is the main process's to handle), so persistent ones still
+    alive at interpreter exit must be shut down before multiprocessing's exit handler would
+    SIGTERM them and wait forever (a trainer kept by the caller, as in a notebook or a test)."""
+    from test_dist import child_env
+
+    script = f"""
+import sys
+from conftest import tiny_cfg
+from up_trainer.config.schema import validate
+from up_trainer.engine.builder import build_trainer
+cfg = tiny_cfg(dataset={{"num_workers": 2, "persistent_workers": True}})
+trainer = build_trainer(validate(cfg), work_dir={str(tmp_path)!r})
+for batch in trainer.loaders.train_loader(1):
+    pass
+for batch in trainer.loaders.test_loader():
+    pass
+print("iterated")
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert res.returncode == 0 and "iterated" in res.stdout, res.stderr[-3000:]
