@@ -51,9 +51,10 @@ from up_trainer.engine.allocator import tune_malloc
 from up_trainer.engine.builder import build_dataset, build_trainer
 from up_trainer.engine.rng import seed_everything
 from up_trainer.engine.trainer import sum_losses
-from up_trainer.hooks.base import Hook
 from up_trainer.run import setup_logging
 from up_trainer.tasks.net import build_model
+
+from interleave import Stopwatch, time_calls, train_interleaved  # benchmarks/interleave.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,29 +64,6 @@ def load_cfg(path, epochs, tune, threads):
     return resolve_config(path, [f"trainer.max_epoch={epochs}", "trainer.lr_scheduler=null",
                                  "dataset.train.kwargs.transforms=null", "dataset.num_workers=0",
                                  f"runtime.tune_malloc={str(tune).lower()}", f"runtime.num_threads={threads}"])
-
-
-class Stopwatch:
-    """Seconds spent inside ``with watch:`` blocks, summed."""
-
-    def __init__(self):
-        self.total = 0.0
-
-    def __enter__(self):
-        self._start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.total += time.perf_counter() - self._start
-
-
-def time_calls(obj, name, watch):
-    """Count the time of every ``obj.name(...)`` call on ``watch`` (an instance attribute wraps it)."""
-    method = getattr(obj, name)
-
-    def timed(*args, **kwargs):
-        with watch:
-            return method(*args, **kwargs)
-    setattr(obj, name, timed)
 
 
 def bare_epochs(cfg, out_dir, compute):
@@ -132,46 +110,6 @@ def bare_epochs(cfg, out_dir, compute):
         yield model
 
 
-class Interleave(Hook):
-    """Runs the bare loop's epochs between the trainer's, stamping the clock around each, and
-    splits every epoch into compute (forward, backward, optimizer step: the same calls in both
-    loops) and the rest (data, evaluation bookkeeping, checkpoints, hooks)."""
-
-    def __init__(self, bare, bare_first, bare_compute, up_compute):
-        super().__init__()
-        self.bare, self.bare_first = bare, bare_first
-        self.watches = {"bare": bare_compute, "up": up_compute}
-        self.epochs = {"bare": [], "up": []}  # (wall s, compute s, minor page faults) per epoch
-        self.up_started = None
-
-    def _stamp(self, loop):
-        return time.perf_counter(), self.watches[loop].total, resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-    def _record(self, loop, started):
-        self.epochs[loop].append(tuple(now - then for now, then in zip(self._stamp(loop), started)))
-
-    def _bare_epoch(self):
-        started = self._stamp("bare")
-        next(self.bare)
-        self._record("bare", started)
-
-    def _up_epoch_over(self, trainer):
-        if self.up_started is not None:
-            trainer.store.flush()  # its background write belongs to this epoch, not the bare one
-            self._record("up", self.up_started)
-            if not self.bare_first:
-                self._bare_epoch()
-
-    def before_epoch(self, trainer, epoch):
-        self._up_epoch_over(trainer)
-        if self.bare_first:
-            self._bare_epoch()
-        self.up_started = self._stamp("up")
-
-    def after_train(self, trainer):
-        self._up_epoch_over(trainer)
-
-
 def interleaved_run(cfg, bare_first):
     """({loop: [(wall s, compute s, page faults) per epoch]}, up fixed s, {loop: final weights})"""
     with tempfile.TemporaryDirectory() as bare_dir, tempfile.TemporaryDirectory() as up_dir:
@@ -183,12 +121,19 @@ def interleaved_run(cfg, bare_first):
         time_calls(trainer.module, "forward", up_compute)  # training and evaluation forwards
         time_calls(trainer.optim, "backward", up_compute)
         time_calls(trainer.optim, "step", up_compute)  # step + zero_grad (+ the LR schedule, off here)
-        clock = trainer.hooks.add(Interleave(bare, bare_first, bare_compute, up_compute), priority="HIGHEST")
-        trainer.train()
+        watches = {"bare": bare_compute, "up": up_compute}
+
+        def stamp(loop):  # (wall s, compute s, minor page faults) so far
+            return time.perf_counter(), watches[loop].total, resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+        def since(loop, started):
+            return tuple(now - then for now, then in zip(stamp(loop), started))
+
+        epochs = train_interleaved(trainer, bare, bare_first, stamp, since)
         total = time.perf_counter() - start
-        fixed = total - sum(epoch[0] for loop in clock.epochs.values() for epoch in loop)
+        fixed = total - sum(epoch[0] for loop in epochs.values() for epoch in loop)
         weights = {"up": trainer.module.state_dict(), "bare": bare_model.state_dict()}
-        return clock.epochs, fixed, weights
+        return epochs, fixed, weights
 
 
 def grad_norm_cost(cfg, reps=200):

@@ -133,3 +133,24 @@ print("iterated")
 """
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=child_env(), timeout=120)
     assert res.returncode == 0 and "iterated" in res.stdout, res.stderr[-3000:]
+
+
+def test_persistent_workers_mix_and_augment_by_the_epoch_they_serve():
+    """batch_fn (mixing in the collate step) and augmentation inside long-lived workers follow
+    the epoch of each iteration, as in the main process; a mid-epoch start too."""
+    from test_up_loading import loader_cfg
+
+    from up_trainer.data.loader import LoaderFactory
+    from up_trainer.registry import DATASETS
+
+    data = DATASETS.build(AUGMENTED | {"kwargs": {**AUGMENTED["kwargs"], "subset": 24}}, "d")
+    mix = {"type": "batch_mixup", "kwargs": {"alpha": 0.5, "num_classes": 10}}
+    main = LoaderFactory(loader_cfg(batch_fn=mix), data, None, seed=4)
+    workers = LoaderFactory(loader_cfg(batch_fn=mix, num_workers=2, persistent_workers=True), data, None, seed=4)
+    for epoch, start in ((1, 0), (2, 0), (3, 2)):
+        expected = list(main.train_loader(epoch, start_batch=start))
+        got = list(workers.train_loader(epoch, start_batch=start))
+        assert len(got) == len(expected) == 6 - start
+        for a, b in zip(expected, got):
+            assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    assert workers.train_loader(4) is workers.train_loader(5)

@@ -142,14 +142,14 @@ class LoaderFactory:
     def _common(self):
         nw = self.cfg["num_workers"]
         kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"],
-                      persistent_workers=self.cfg["persistent_workers"],
+                      persistent_workers=self.cfg.get("persistent_workers", False),
                       worker_init_fn=ignore_stop_signals if nw else None)
-        if self.cfg["prefetch_factor"] is not None:
+        if self.cfg.get("prefetch_factor") is not None:
             kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
         return kwargs
 
     def _keep(self, loader):
-        if self.cfg["persistent_workers"]:
+        if self.cfg.get("persistent_workers"):
             _PERSISTENT.add(loader)
             return loader
         return None
