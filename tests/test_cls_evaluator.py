@@ -10,6 +10,10 @@ from up_trainer.registry import EVALUATORS
 from up_trainer.tasks.cls.evaluator import TopKAccuracy
 
 
+def mean_ce(logits, labels):
+    return float(torch.nn.functional.cross_entropy(logits, torch.tensor(labels)))
+
+
 def batch_of(indices, labels=None):
     b = {"index": torch.tensor(indices)}
     if labels is not None:
@@ -32,21 +36,22 @@ def test_topk_exact_on_hand_made_logits():
     ev.process(batch_of([0, 1], LABELS[:2]), {"logits": LOGITS[:2]})
     ev.process(batch_of([2, 3], LABELS[2:]), {"logits": LOGITS[2:]})
     metrics = ev.evaluate(ev.results())
-    assert metrics == {"top1": 25.0, "top5": 75.0, "num_samples": 4}
+    assert metrics == {"top1": 25.0, "top5": 75.0, "num_samples": 4, "val_loss": pytest.approx(mean_ce(LOGITS, LABELS))}
 
 
 def test_topk_three_uses_the_ranking():
     ev = TopKAccuracy(topk=[3])
     ev.process(batch_of([0, 1, 2, 3], LABELS), {"logits": LOGITS})
     assert ev.evaluate(ev.results())["top3"] == 50.0
-    assert ev.primary_metric == "top3" and ev.metric_keys() == ["top3", "num_samples"]
+    assert ev.primary_metric == "top3" and ev.metric_keys() == ["top3", "num_samples", "val_loss"]
 
 
 def test_topk_larger_than_num_classes_is_clamped():
     ev = TopKAccuracy(topk=[1, 5])
     logits = torch.tensor([[3.0, 1, 2], [0.0, 5, 1]])
     ev.process(batch_of([0, 1], [2, 1]), {"logits": logits})
-    assert ev.evaluate(ev.results()) == {"top1": 50.0, "top5": 100.0, "num_samples": 2}
+    assert ev.evaluate(ev.results()) == {"top1": 50.0, "top5": 100.0, "num_samples": 2,
+                                         "val_loss": pytest.approx(mean_ce(logits, [2, 1]))}
 
 
 def test_scores_are_used_when_present():
@@ -66,7 +71,8 @@ def test_results_are_small_picklable_and_deduplicated_by_index():
     results = pickle.loads(pickle.dumps(ev.results()))
     assert len(results) == 3 and all("index" in r for r in results)
     assert all(isinstance(v, (int, float, list, type(None))) for r in results for v in r.values())
-    assert ev.evaluate(results) == {"top1": 50.0, "top5": 100.0, "num_samples": 2}
+    assert ev.evaluate(results) == {"top1": 50.0, "top5": 100.0, "num_samples": 2,  # sample 1 counted once
+                                    "val_loss": pytest.approx(mean_ce(LOGITS[:2], LABELS[:2]))}
     ev.reset()
     assert ev.results() == []
     assert ev.evaluate([])["num_samples"] == 0
@@ -92,7 +98,7 @@ def test_write_results_jsonl(tmp_path):
 
 def test_registry_names_and_kwargs():
     ev = EVALUATORS.build({"type": "imagenet", "kwargs": {"topk": [1, 5]}}, "dataset.evaluator")
-    assert ev.primary_metric == "top1" and ev.metric_keys() == ["top1", "top5", "num_samples"]
+    assert ev.primary_metric == "top1" and ev.metric_keys() == ["top1", "top5", "num_samples", "val_loss"]
     assert isinstance(EVALUATORS.build({"type": "accuracy"}, "dataset.evaluator"), TopKAccuracy)
     for bad in ([0], "top1", [1.5], []):
         with pytest.raises(ConfigError) as exc:

@@ -1,6 +1,7 @@
 """Drawing on images as uint8 3xHxW tensors: boxes with class and score, captions, PNG files.
 
-Used by ``up predict`` and by the visualize hook, so a prediction looks the same in both.
+Used by ``up predict``, the visualize hook and the evaluation insight, so a prediction looks
+the same in all of them.
 """
 import os
 
@@ -57,3 +58,28 @@ def save_png(image, path):
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
+
+
+def grid(panels, ncol=4, pad=4):
+    """uint8 3xHxW panels of different sizes on one white canvas, ``ncol`` per row."""
+    rows = [panels[i:i + ncol] for i in range(0, len(panels), ncol)]
+    cell_h = max(p.shape[1] for p in panels)
+    cell_w = max(p.shape[2] for p in panels)
+    ncols = min(ncol, len(panels))
+    canvas = torch.full((3, len(rows) * (cell_h + pad) + pad, ncols * (cell_w + pad) + pad), 255, dtype=torch.uint8)
+    for r, row in enumerate(rows):
+        for c, p in enumerate(row):
+            y, x = pad + r * (cell_h + pad), pad + c * (cell_w + pad)
+            canvas[:, y:y + p.shape[1], x:x + p.shape[2]] = p
+    return canvas
+
+
+def figure_to_uint8(fig):
+    """A matplotlib Figure rendered by Agg as uint8 3xHxW (for TensorBoard's add_image)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    rgba = np.asarray(canvas.buffer_rgba())
+    return torch.from_numpy(rgba[..., :3].copy()).permute(2, 0, 1)

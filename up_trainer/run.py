@@ -224,4 +224,10 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
     require_evaluator(trainer)
     metrics = trainer.evaluate()
     write_eval_results(trainer, metrics)
+    if "eval_insight" in {h.get("type") for h in cfg.get("hooks") or []}:  # the hooks are off here
+        from .hooks.eval_insight import write_insight
+
+        insight = write_insight(trainer, trainer.last_results)
+        if insight is not None:
+            log.info("evaluation insight: %s", ", ".join(os.path.basename(f) for f in insight.files))
     return metrics

@@ -12,6 +12,7 @@ DEFAULT_HOOKS = {
     "logger": {"type": "train_val_logger"},
     "checkpoint": {"type": "auto_checkpoint"},
     "best": {"type": "auto_save_best"},
+    "insight": {"type": "eval_insight"},
 }
 
 

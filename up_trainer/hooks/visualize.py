@@ -124,14 +124,6 @@ class Visualize(Hook):
 
 
 def _grid(panels, ncol=4, pad=4):
-    """Panels of different sizes on one white canvas, ``ncol`` per row."""
-    rows = [panels[i:i + ncol] for i in range(0, len(panels), ncol)]
-    cell_h = max(p.shape[1] for p in panels)
-    cell_w = max(p.shape[2] for p in panels)
-    ncols = min(ncol, len(panels))
-    canvas = torch.full((3, len(rows) * (cell_h + pad) + pad, ncols * (cell_w + pad) + pad), 255, dtype=torch.uint8)
-    for r, row in enumerate(rows):
-        for c, p in enumerate(row):
-            y, x = pad + r * (cell_h + pad), pad + c * (cell_w + pad)
-            canvas[:, y:y + p.shape[1], x:x + p.shape[2]] = p
-    return canvas
+    from ..render import grid
+
+    return grid(panels, ncol, pad)

@@ -1,4 +1,5 @@
-"""Top-k accuracy (UP's ``imagenet`` evaluator; alias ``accuracy``).
+"""Top-k accuracy (UP's ``imagenet`` evaluator; alias ``accuracy``) and ``val_loss``, the mean
+cross-entropy of the labeled samples (without the model's label smoothing).
 
 The trainer calls reset(), process(batch, outputs) per batch, gathers results() from every
 rank, de-duplicates them by ``index`` and calls evaluate(results). Per-sample records are
@@ -26,7 +27,7 @@ class TopKAccuracy:
         self._records = []
 
     def metric_keys(self):
-        return [f"top{k}" for k in self.topk] + ["num_samples"]
+        return [f"top{k}" for k in self.topk] + ["num_samples", "val_loss"]
 
     def reset(self):
         self._records = []
@@ -41,16 +42,24 @@ class TopKAccuracy:
         top_scores, top_idx = scores.topk(k, dim=1)
         indices = batch["index"]
         indices = indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)
-        labels = batch.get("label")
-        labels = labels.tolist() if isinstance(labels, torch.Tensor) else [None] * len(indices)
+        label_tensor = batch.get("label")
+        labels = label_tensor.tolist() if isinstance(label_tensor, torch.Tensor) else [None] * len(indices)
+        losses = [None] * len(indices)
+        if isinstance(label_tensor, torch.Tensor) and outputs.get("logits") is not None:
+            from .insight import per_sample_loss
+
+            losses = per_sample_loss(outputs["logits"].detach(), label_tensor.to(outputs["logits"].device)).tolist()
         for i, index in enumerate(indices):
-            self._records.append({
+            record = {
                 "index": int(index),
                 "label": None if labels[i] is None else int(labels[i]),
                 "pred": int(top_idx[i, 0]),
                 "score": float(top_scores[i, 0]),
                 "topk": top_idx[i].tolist(),
-            })
+            }
+            if losses[i] is not None:
+                record["loss"] = float(losses[i])
+            self._records.append(record)
 
     def results(self):
         return list(self._records)
@@ -65,7 +74,19 @@ class TopKAccuracy:
             hits = sum(1 for r in labeled if r["label"] in r["topk"][:k])
             metrics[f"top{k}"] = 100.0 * hits / n if n else 0.0
         metrics["num_samples"] = n
+        # In index order: the same sum whatever order the ranks' records arrived in.
+        losses = [r["loss"] for r in sorted(labeled, key=lambda r: r["index"]) if "loss" in r]
+        if losses:
+            metrics["val_loss"] = sum(losses) / len(losses)
         return metrics
+
+    def insight(self, results, out_dir, dataset=None, num_wrong=16):
+        """Confusion matrix, per-class precision/recall, the most confidently wrong images
+        (see :mod:`.insight`)."""
+        from .insight import write_insight
+
+        unique = [r for _, r in sorted({r["index"]: r for r in results}.items())]
+        return write_insight(unique, out_dir, dataset, num_wrong)
 
     def write_results(self, results, path):
         """One JSON object per sample, ordered by index: index, label, pred, score, topk."""

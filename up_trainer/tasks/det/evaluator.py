@@ -2,8 +2,9 @@
 
 Metric keys: ``bbox.AP`` (AP@[.50:.95], the primary metric auto_save_best watches),
 ``bbox.AP50``, ``bbox.AP75``, ``bbox.APs``, ``bbox.APm``, ``bbox.APl``, ``bbox.AR100`` (all
-in [0, 1], -1 where COCO has nothing to measure, e.g. no small objects), and
-``bbox.AP.<class>`` per class. The per-class AP table is logged.
+in [0, 1], -1 where COCO has nothing to measure, e.g. no small objects),
+``bbox.AP.<class>`` per class, and ``val_loss`` when the model returned its losses with the
+detections (RetinaNet, FCOS: the mean over images of their batch's loss). The per-class AP table is logged.
 
 Ground truth travels with the batches (``target`` in original image coordinates after
 undoing the resize), so the evaluator needs no dataset handle and works the same after a
@@ -78,6 +79,10 @@ class CocoEvaluator:
         if meta and self.classes is None:
             self.classes, self.cat_ids = list(meta["classes"]), list(meta["cat_ids"])
         dets = outputs["detections"]
+        # The batch's loss (a mean over its images) on each of its records: averaged over the
+        # unique records at the end, it is the image-weighted validation loss.
+        loss_terms = [v for k, v in outputs.items() if "loss" in k and isinstance(v, torch.Tensor)]
+        batch_loss = float(sum(t.detach().float() for t in loss_terms)) if loss_terms else None
         for index, target, det in zip(batch["index"].tolist(), batch["target"], dets):
             sx, sy = _scale(target)
             rec = {"index": int(index), "image_id": int(target["image_id"]),
@@ -90,6 +95,8 @@ class CocoEvaluator:
                    "labels": det["labels"].tolist()}
             if "area" in target:
                 rec["gt_area"] = target["area"].tolist()
+            if batch_loss is not None:
+                rec["loss"] = batch_loss
             self._records.append(rec)
 
     def results(self):
@@ -146,10 +153,12 @@ class CocoEvaluator:
         metrics = {f"bbox.{k}": -1.0 for k in REPORTED}
         if not gt_dict["images"]:
             return metrics
+        losses = [r["loss"] for r in self.unique(results) if "loss" in r]
+        val_loss = {"val_loss": sum(losses) / len(losses)} if losses else {}
         if not dets:
             log.warning("COCO evaluator: no detections at all; every AP is 0")
             return {**{f"bbox.{k}": 0.0 for k in REPORTED},
-                    **({f"bbox.AP.{c}": 0.0 for c in classes} if self.per_class else {})}
+                    **({f"bbox.AP.{c}": 0.0 for c in classes} if self.per_class else {}), **val_loss}
         ev, _ = run_bbox_eval(gt_dict, dets, self.backend, self.max_dets)
         self.coco_eval = ev
         rows = [f"  {k:<6} {v:>7.4f}" for k, v in zip(SUMMARY_KEYS, ev.stats)]
@@ -160,7 +169,15 @@ class CocoEvaluator:
             rows = [f"  {'class':<16} {'AP':>7}"] + [f"  {c:<16} {ap:>7.4f}" for c, ap in zip(classes, per_class)]
             log.info("per-class bbox AP:\n%s", "\n".join(rows))
             metrics.update({f"bbox.AP.{c}": ap for c, ap in zip(classes, per_class)})
-        return metrics
+        return {**metrics, **val_loss}
+
+    def insight(self, results, out_dir, dataset=None, score_thr=0.3):
+        """PR curves, confusion matrix with background, AP by object size (see :mod:`.insight`),
+        from the COCOeval of the latest :meth:`evaluate` on these results."""
+        from .insight import write_insight
+
+        classes, _ = self._label_map(results)
+        return write_insight(self.unique(results), classes, getattr(self, "coco_eval", None), out_dir, score_thr)
 
     @staticmethod
     def _per_class_ap(ev, cat_ids):

@@ -23,6 +23,7 @@ from ...weights import load_fitting, load_weights
 log = logging.getLogger("up")
 BACKBONES = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_large")
 FPN_EXTRAS = ("p6p7", "maxpool", "none")
+EVAL_LOSS_KINDS = ("retinanet", "fcos")  # eval forward with targets: detections and losses in one pass
 
 
 class _Proxy(nn.Module):
@@ -145,7 +146,8 @@ class DetectionModel(nn.Module):
     forward(batch): ``batch["image"]`` a list of float CxHxW (or an NxCxHxW tensor),
     ``batch["target"]`` a list of {boxes xyxy, labels 1..C} (training). Training returns the
     torchvision losses, every key containing "loss"; eval returns ``{"detections": [{boxes,
-    scores, labels}, ...]}`` in the coordinates of the images passed in.
+    scores, labels}, ...]}`` in the coordinates of the images passed in, and for RetinaNet and
+    FCOS, when the batch has targets, their losses as well (the validation loss; one pass).
     """
 
     def __init__(self, kind, detector, num_classes, parts):
@@ -170,6 +172,11 @@ class DetectionModel(nn.Module):
             targets = [{"boxes": t["boxes"], "labels": t["labels"]} for t in batch["target"]]
             losses = self.detector(images, targets)
             return {(k if "loss" in k else f"loss_{k}"): v for k, v in losses.items()}
+        if batch.get("target") is not None and self.kind in EVAL_LOSS_KINDS:  # evaluation: the val loss too
+            from .eval_loss import detections_and_losses
+
+            dets, losses = detections_and_losses(self.detector, self.kind, images, batch["target"])
+            return {"detections": dets, **{(k if "loss" in k else f"loss_{k}"): v for k, v in losses.items()}}
         return {"detections": self.detector(images)}
 
     # -- weights -------------------------------------------------------------------------------

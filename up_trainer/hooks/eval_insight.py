@@ -1,0 +1,93 @@
+"""eval_insight: after each evaluation, write where the model fails to results_dir and TensorBoard."""
+import logging
+import os
+
+from ..errors import ConfigError
+from ..registry import HOOKS
+from .base import Hook
+
+log = logging.getLogger("up")
+
+
+def write_insight(trainer, results, num_wrong=16, score_thr=0.3):
+    """The evaluator's insight on ``results`` into trainer.results_dir; None when the evaluator
+    has none. A failure is logged, never raised: insight must not end a run."""
+    insight = getattr(trainer.evaluator, "insight", None)
+    if insight is None or results is None or not trainer.results_dir:
+        return None
+    kwargs = {"num_wrong": num_wrong} if hasattr(trainer.evaluator, "topk") else {"score_thr": score_thr}
+    try:
+        return insight(results, trainer.results_dir, dataset=trainer.loaders.test_set, **kwargs)
+    except Exception as exc:  # a plotting or data problem must not fail the run
+        log.warning("evaluation insight not written: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+@HOOKS.register("eval_insight")
+class EvalInsight(Hook):
+    """Write evaluation insight to results_dir after every ``interval``-th evaluation (a default hook).
+
+    Classification: confusion_matrix.csv/.png, per_class.csv (precision, recall), and
+    confidently_wrong.png (the ``num_wrong`` wrong predictions scored highest). Detection:
+    pr_curves.png, confusion_matrix.csv/.png with a background row and column (detections
+    with score >= ``score_thr``), ap_by_size.csv/.png. Files are replaced at each evaluation;
+    with ``tensorboard: true`` the pictures (``insight/*``) and per-class numbers also go to
+    TensorBoard under ``run_dir/<logdir>`` at the epoch, so every evaluation stays viewable.
+    """
+
+    priority = "LOW"
+
+    def __init__(self, interval: int = 1, num_wrong: int = 16, score_thr: float = 0.3, tensorboard: bool = True,
+                 logdir: str = "log"):
+        super().__init__()
+        for key, value, low in (("interval", interval, 1), ("num_wrong", num_wrong, 0)):
+            if value < low:
+                raise ConfigError(key, f"must be >= {low}, got {value}")
+        if not 0.0 <= score_thr <= 1.0:
+            raise ConfigError("score_thr", f"must be in [0, 1], got {score_thr}")
+        self.interval, self.num_wrong, self.score_thr = interval, num_wrong, score_thr
+        self.tensorboard, self.logdir = tensorboard, logdir
+        self.evals = 0  # evaluations seen, so the interval survives a resume
+        self._writer = None
+
+    def after_eval(self, trainer, metrics):
+        self.evals += 1
+        if self.evals % self.interval or not trainer.dist.is_main:
+            return
+        insight = write_insight(trainer, trainer.last_results, self.num_wrong, self.score_thr)
+        if insight is None:
+            return
+        log.info("evaluation insight: %s", ", ".join(os.path.basename(f) for f in insight.files))
+        if self.tensorboard:
+            self._to_tensorboard(trainer, insight)
+
+    def _to_tensorboard(self, trainer, insight):
+        try:
+            if self._writer is None:
+                from tensorboardX import SummaryWriter  # lazy: heavy, and only rank 0 writes
+
+                self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir))
+        except ImportError as exc:
+            log.warning("eval_insight: no TensorBoard output (%s)", exc)
+            self.tensorboard = False
+            return
+        epoch = trainer.state.epoch
+        for tag, image in insight.images.items():
+            self._writer.add_image(tag, image.numpy(), global_step=epoch, dataformats="CHW")
+        for tag, value in insight.scalars.items():
+            self._writer.add_scalar(tag, value, epoch)
+        self._writer.flush()
+
+    def after_train(self, trainer):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def on_exception(self, trainer, exc):
+        self.after_train(trainer)
+
+    def state_dict(self):
+        return {"evals": self.evals}
+
+    def load_state_dict(self, state):
+        self.evals = int(state.get("evals", 0))

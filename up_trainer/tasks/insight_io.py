@@ -1,0 +1,63 @@
+"""Writing evaluation insight: CSV tables and matplotlib figures (Agg, no pyplot) to a folder.
+
+Each insight module returns an :class:`Insight`: the files it wrote, figures as uint8 images
+for TensorBoard and scalars, so the hook that calls it only forwards them.
+"""
+import csv
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Insight:
+    files: list = field(default_factory=list)
+    images: dict = field(default_factory=dict)  # tag -> uint8 3xHxW tensor
+    scalars: dict = field(default_factory=dict)  # tag -> float
+
+
+def write_csv(path, header, rows):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def save_figure(fig, path):
+    """PNG file and the same picture as uint8 3xHxW."""
+    from ..render import figure_to_uint8
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    image = figure_to_uint8(fig)
+    fig.savefig(path, dpi=fig.dpi)
+    return image
+
+
+def confusion_figure(matrix, row_names, col_names, title, xlabel="predicted", ylabel="true"):
+    """Counts as a heat map, each cell annotated (matrices are small: classes of one data set)."""
+    from matplotlib.figure import Figure
+
+    n_rows, n_cols = len(row_names), len(col_names)
+    side = max(4.0, 0.45 * max(n_rows, n_cols) + 2.0)
+    fig = Figure(figsize=(side + 1.0, side), dpi=100)
+    ax = fig.subplots()
+    im = ax.imshow(matrix, cmap="Blues", interpolation="nearest")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(n_cols), labels=col_names, rotation=90 if n_cols > 8 else 0, fontsize="small")
+    ax.set_yticks(range(n_rows), labels=row_names, fontsize="small")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    peak = max(1, max((max(r) for r in matrix), default=1))
+    if n_rows * n_cols <= 900:
+        for i in range(n_rows):
+            for j in range(n_cols):
+                v = matrix[i][j]
+                if v:
+                    ax.text(j, i, str(v), ha="center", va="center", fontsize="x-small",
+                            color="white" if v > peak / 2 else "black")
+    fig.tight_layout()
+    return fig
