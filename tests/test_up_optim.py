@@ -45,6 +45,13 @@ def test_pconfig_in_ups_form_follows_ups_rules():
     assert s["0.weight"] == (0.1, 1e-4) and s["2.weight"] == (0.1, 1e-4)
 
 
+def test_pconfig_nodecay_inside_an_entry_is_ignored_as_in_up():
+    model = net()
+    pconfig = {"linear_b": {"type": "bias", "kwargs": {"weight_decay": 0.0}, "nodecay": ["2.weight"]}}
+    s = settings(build(model, pconfig=pconfig), model)
+    assert s["2.weight"] == (0.1, 1e-4) and s["4.bias"] == (0.1, 0.0)
+
+
 def test_pconfig_nodecay_by_name_and_frozen_left_out():
     model = net()
     model[0].weight.requires_grad_(False)

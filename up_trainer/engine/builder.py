@@ -56,6 +56,7 @@ def build_dataset(entry, path, evaluator_cfg_out=None):
 
 def build_hooks(entries, path="hooks"):
     from .hooks import HookList, parse_priority
+    from .up_unmapped_hooks import refuse_unmapped_hook
 
     hooks = HookList()
     first_at = {}  # hook class -> path of its first entry
@@ -65,6 +66,8 @@ def build_hooks(entries, path="hooks"):
             raise ConfigError(p, f"expected a {{type, kwargs}} mapping, got {type(entry).__name__}")
         prio = parse_priority(entry["priority"], join_path(p, "priority")) if "priority" in entry else None
         if isinstance(entry.get("type"), str):  # a second instance is refused before any is built
+            if entry["type"] not in HOOKS:
+                refuse_unmapped_hook(entry["type"], join_path(p, "type"))
             cls = HOOKS.get(entry["type"], join_path(p, "type"))
             if cls in first_at and not cls.allow_multiple:
                 raise ConfigError(p, f"{entry['type']} is listed twice (first at {first_at[cls]}); it cannot run "

@@ -14,6 +14,7 @@ by ``n`` where UP does so, and left alone where UP compares them with ``t // n``
   ``m = base * min_lr_scale``, ``T = T_max * n``, ``W`` the warmup updates, ``A = no_aug_epoch * n``,
   and flat at ``m`` for the last ``A`` updates.
 """
+import logging
 import math
 from typing import Optional
 
@@ -21,6 +22,18 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from ..registry import LR_SCHEDULERS
 from .warmup import yolov5_cosine_factor
+
+log = logging.getLogger("up")
+
+
+def _span(length, what):
+    """The cosine's length in updates. UP divides by it as it is; a run too short for its warmup
+    gets UP's curve (running backwards) and a warning, and a zero length a flat lr instead of a
+    division by zero. (``up config`` builds with one update per epoch, so no error here.)"""
+    if length <= 0:
+        log.warning("lr schedule: %s leaves %s updates for the cosine; the lr follows UP's formula regardless",
+                    what, length)
+    return length if length != 0 else math.inf
 
 
 class _UpSchedule(LRScheduler):
@@ -39,12 +52,11 @@ class ShiftedCosineAnnealingLR(_UpSchedule):
                  T_max: Optional[float] = None, eta_min: float = 0.0):
         self.span = (T_max if T_max is not None else trainer_max_epoch) * max(1, updates_per_epoch)
         self.shift, self.eta_min = up_warmup_iter, eta_min
-        if self.span <= self.shift:
-            raise ValueError(f"T_max ({self.span} updates) must be larger than warmup_iter ({self.shift})")
+        self.length = _span(self.span - self.shift, f"T_max ({self.span} updates) minus warmup_iter ({self.shift})")
         super().__init__(optimizer, updates_per_epoch)
 
     def value(self, base, t):
-        phase = math.pi * (t - self.shift) / (self.span - self.shift)
+        phase = math.pi * (t - self.shift) / self.length
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(phase)) / 2
 
 
@@ -102,14 +114,13 @@ class YoloXCosineLR(_UpSchedule):
         self.total = (T_max if T_max is not None else trainer_max_epoch) * n
         self.warmup, self.no_aug = warmup_iter, no_aug_epoch * n
         self.min_lr_scale = min_lr_scale
-        if self.total - self.warmup - self.no_aug <= 0:
-            raise ValueError(f"T_max ({self.total} updates) must exceed warmup ({self.warmup}) plus no_aug_epoch "
-                             f"({self.no_aug} updates)")
+        self.length = _span(self.total - self.warmup - self.no_aug, f"T_max ({self.total} updates) minus warmup "
+                            f"({self.warmup}) and no_aug_epoch ({self.no_aug})")
         super().__init__(optimizer, updates_per_epoch)
 
     def value(self, base, t):
         low = base * self.min_lr_scale
         if t >= self.total - self.no_aug:
             return low
-        phase = math.pi * (t - self.warmup) / (self.total - self.warmup - self.no_aug)
+        phase = math.pi * (t - self.warmup) / self.length
         return low + 0.5 * (base - low) * (1.0 + math.cos(phase))

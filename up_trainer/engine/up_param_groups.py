@@ -10,7 +10,8 @@ pconfig, as UP writes it (values are absolute, not multipliers)::
 
 Keys name a module kind (``bn`` = BatchNorm2d, ``ln`` = LayerNorm, ``linear`` = Linear); ``type``
 picks the weight or the bias, as in UP. ``nodecay`` applies first and a pconfig entry then
-overrides it. The shorthand ``bn_w: {weight_decay: 0.0}`` (no ``type``/``kwargs``) is accepted
+overrides it. A ``nodecay`` inside an entry (as some UP files have it) is not read, as in UP,
+with a warning. The shorthand ``bn_w: {weight_decay: 0.0}`` (no ``type``/``kwargs``) is accepted
 too, where the key's ``_w`` / ``_b`` picks the tensor; it also knows ``conv_b``, ``conv_dw_w``,
 ``conv_dw_b``, ``conv_dense_w``, ``conv_dense_b``.
 
@@ -18,9 +19,13 @@ register_type yolov5: four groups, always in this order (UP's YOLOv5 optimizer):
 ``[0]`` BatchNorm2d weights (weight_decay 0), ``[1]`` other modules' weights (the optimizer's
 weight_decay), ``[2]`` every bias (weight_decay 0), ``[3]`` anything else (optimizer defaults).
 """
+import logging
+
 from torch import nn
 
 from ..errors import ConfigError, did_you_mean
+
+log = logging.getLogger("up")
 
 UP_KINDS = {"bn": nn.BatchNorm2d, "ln": nn.LayerNorm, "linear": nn.Linear}
 SHORTHAND_KEYS = ("bn_w", "bn_b", "ln_w", "ln_b", "conv_b", "conv_dw_w", "conv_dw_b", "conv_dense_w",
@@ -34,7 +39,10 @@ def _entry(key, val, path):
     if not isinstance(val, dict) or "params" in val:
         raise ConfigError(p, "expected {type: weight|bias, kwargs: {weight_decay: 0.0}}")
     if "type" in val or "kwargs" in val:  # UP's own form
-        extra = set(val) - {"type", "kwargs"}
+        if "nodecay" in val:  # some of UP's own files indent nodecay one level too deep; UP never reads it there
+            log.warning("%s.nodecay: not read inside a pconfig entry (UP ignores it there too); it belongs one "
+                        "level up, next to %s", p, key)
+        extra = set(val) - {"type", "kwargs", "nodecay"}
         if extra:
             raise ConfigError(f"{p}.{sorted(extra)[0]}", "unknown key", "UP form is {type, kwargs}")
         if val.get("type") not in ("weight", "bias"):
