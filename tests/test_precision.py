@@ -173,3 +173,13 @@ def test_non_finite_scalars_reach_the_event_file_without_a_console_line(tmp_path
     values = read_events(str(tmp_path / "tb"))["train/grad_norm"]
     assert values[0][0] == 1 and math.isinf(values[0][1]) and values[1] == (2, 2.0)
 
+
+
+def test_dry_run_shows_the_decision(tmp_path, run_up, cpu_is):
+    cpu_is(False)
+    cfg = digits_cfg(net="test_mlp", train_subset=64, test_subset=32, batch_size=32, max_epoch=1,
+                     runtime={"seed": 5, "fp16": True})
+    res = run_up(["train", "--config", write_cfg(tmp_path / "c.yaml", cfg), "--work-dir", tmp_path / "dry", "--dry-run"])
+    assert res.exit_code == 0, (res.stdout[-2000:], res.exception)
+    assert "precision: asked float16 (runtime.fp16), runs float32: not native" in res.stdout
+    assert not (tmp_path / "dry" / "config.yaml").exists()  # a dry run writes nothing but the log
