@@ -43,6 +43,14 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if extra:
         key = sorted(extra)[0]
         raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, keys))
+    register = cfg.get("register_type", "base")
+    if register == "yolov5_except":
+        raise ConfigError(f"{path}.register_type", "yolov5_except is UP's optimizer for YOLOX with equalized focal "
+                          "loss (YOLOv5 groups minus the except_keys heads), which up-trainer does not provide",
+                          "YOLOX heads are not mapped (README, Coming from UP); register_type yolov5 for the groups")
+    if register not in ("base", "yolov5"):
+        raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
+                          "base (groups from pconfig / paramwise_cfg) or yolov5 (YOLOv5's four groups)")
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
     check_numbers(kwargs, f"{path}.kwargs")
@@ -51,10 +59,6 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if isinstance(pconfig, dict):  # nodecay holds name substrings, not numbers
         check_numbers({k: v for k, v in pconfig.items() if k != "nodecay"}, f"{path}.pconfig")
     check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
-    register = cfg.get("register_type", "base")
-    if register not in ("base", "yolov5"):
-        raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
-                          "base (groups from pconfig / paramwise_cfg) or yolov5 (YOLOv5's four groups)")
     if register == "yolov5":
         from .up_param_groups import yolov5_param_groups
 
