@@ -72,6 +72,8 @@ def test_yolov5_groups():
 
 @pytest.mark.parametrize("extra, match", [
     ({"register_type": "yolov6"}, r"register_type: unknown 'yolov6'"),
+    ({"register_type": "yolov5_except", "kwargs": {"except_keys": []}},
+     r"register_type: yolov5_except is UP's optimizer for YOLOX"),
     ({"register_type": "yolov5", "pconfig": {"nodecay": ["x"]}}, "makes its own groups"),
     ({"pconfig": {"bn_w": {"type": "gamma", "kwargs": {}}}}, r"pconfig\.bn_w\.type: expected weight or bias"),
     ({"pconfig": {"conv_b": {"type": "bias", "kwargs": {}}}}, "UP's pconfig has no 'conv' kind"),
