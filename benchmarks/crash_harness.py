@@ -1,13 +1,18 @@
-"""Crash harness: SIGKILL a real training process at seeded random moments, resume, repeat.
+"""Crash harness: kill a real training process at seeded random moments, resume, repeat.
 
     python benchmarks/crash_harness.py [--kills 50] [--seed 0] [--work DIR]
 
-Each round starts `up train` with saver.auto_resume on the same run directory and kills it with
-SIGKILL after a random delay (some land inside checkpoint writes: those take a visible share of
-each epoch). After every kill, every file named ckpt_* must load with weights_only=True. When
-the kills are spent, the run is finished without interruption and its final weights must be
-bitwise equal to those of a run that was never killed. tests/test_crash_harness.py runs a short
-version.
+Each round starts `up train` (2 DataLoader workers, saver.auto_resume) on the same run
+directory in a process group of its own, and after a random delay (some land inside
+checkpoint writes: those take a visible share of each epoch) signals the whole group, as a
+scheduler does: odd rounds SIGKILL, even rounds SIGTERM. A SIGTERM is sent once training has
+started (the delay counts from the log's "hook order" line; before, Python's default action
+would simply kill the process) and must end in exit 143 (the interrupt snapshot) or 0 (the run
+had finished; or death by the signal after training, once the default handlers are back);
+never exit 1 ("DataLoader worker killed"). After every kill, every file
+named ckpt_* must load with weights_only=True. When the kills are spent, the run is finished
+without interruption and its final weights must be bitwise equal to those of a run that was
+never killed. tests/test_crash_harness.py runs a short version.
 """
 import argparse
 import os
@@ -32,6 +37,7 @@ def harness_config(max_epoch=4):
             "train": {"type": "digits", "kwargs": {"split": "train", "subset": 128}},
             "test": {"type": "digits", "kwargs": {"split": "test", "subset": 32}},
             "batch_size": 16,
+            "num_workers": 2,  # the workers get the group's signals too
         },
         "trainer": {"max_epoch": max_epoch, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.05, "momentum": 0.9}}},
         "saver": {"save_dir": "checkpoints", "auto_resume": True},
@@ -40,8 +46,29 @@ def harness_config(max_epoch=4):
 
 
 def start(cfg_path, run_dir):
+    """`up train` in a new session: its pid is its process group (workers included), as under srun."""
     cmd = [sys.executable, "-m", "up_trainer", "train", "--config", cfg_path, "--work-dir", run_dir]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+# Exit codes a round may end with, by the signal sent to the group: finished before it, killed,
+# or the snapshot-and-exit path (SIGTERM: also killed by it in the last moments, once training
+# has ended and auto_checkpoint has given the default handlers back).
+ALLOWED = {signal.SIGKILL: (0, -signal.SIGKILL), signal.SIGTERM: (0, 143, -signal.SIGTERM)}
+TRAINING_STARTED = "hook order per event"  # logged by the trainer just before before_train
+
+
+def wait_for_training(proc, log_path, offset, timeout=600):
+    """Wait until train.log, past ``offset``, says training started (or the run ended)."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if os.path.exists(log_path):
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                f.seek(offset)
+                if TRAINING_STARTED in f.read():
+                    return
+        time.sleep(0.05)
 
 
 def check_files(save_dir):
@@ -67,7 +94,8 @@ def final_weights(run_dir, max_epoch):
 
 def crash_and_resume(work, kills, seed, max_epoch=4, log=print):
     """Returns (kills that hit a live process, chains whose final weights equal the clean run,
-    chains). A chain is one run directory resumed after every kill until it finishes."""
+    chains, SIGTERMs answered with exit 143). A chain is one run directory resumed after every
+    kill until it finishes."""
     cfg_path = os.path.join(work, "cfg.yaml")
     with open(cfg_path, "w") as f:
         yaml.safe_dump(harness_config(max_epoch), f)
@@ -77,7 +105,7 @@ def crash_and_resume(work, kills, seed, max_epoch=4, log=print):
     clean_s = time.perf_counter() - t0
     clean = final_weights(clean_dir, max_epoch)
     rng = random.Random(seed)
-    hits, results = 0, []
+    hits, terms_143, results = 0, 0, []
 
     def finish(chain_dir):
         check_files(os.path.join(chain_dir, "checkpoints"))
@@ -86,25 +114,33 @@ def crash_and_resume(work, kills, seed, max_epoch=4, log=print):
 
     chain_dir = os.path.join(work, "chain0")
     for k in range(kills):
+        sig = signal.SIGKILL if k % 2 == 0 else signal.SIGTERM
+        log_path = os.path.join(chain_dir, "train.log")
+        offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         proc = start(cfg_path, chain_dir)
         delay = rng.uniform(0.2, clean_s)
+        if sig == signal.SIGTERM:
+            wait_for_training(proc, log_path, offset)
+            delay = rng.uniform(0.3, clean_s / 2)
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
+            os.killpg(proc.pid, sig)
             proc.wait()
             hits += 1
-        if proc.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"round {k}: exit {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        _, err = proc.communicate()
+        if proc.returncode not in ALLOWED[sig]:
+            raise RuntimeError(f"round {k + 1} ({sig.name}): exit {proc.returncode}: {err[-2000:]}")
+        terms_143 += proc.returncode == 143
         names = check_files(os.path.join(chain_dir, "checkpoints"))
-        log(f"round {k + 1}/{kills}: {'killed' if proc.returncode else 'finished'} after {delay:.2f}s; "
-            f"{len(names)} checkpoint files, all load")
+        outcome = "finished" if proc.returncode == 0 else f"{sig.name} to the group, exit {proc.returncode}"
+        log(f"round {k + 1}/{kills}: {outcome} after {delay:.2f}s; {len(names)} checkpoint files, all load")
         if proc.returncode == 0:  # the chain finished before its kill: compare, start a new one
             finish(chain_dir)
             chain_dir = os.path.join(work, f"chain{len(results)}")
     run_to_end(cfg_path, chain_dir)
     finish(chain_dir)
-    return hits, sum(results), len(results)
+    return hits, sum(results), len(results), terms_143
 
 
 def main():
@@ -114,9 +150,10 @@ def main():
     ap.add_argument("--work", default=None)
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="up-crash-")
-    hits, equal, chains = crash_and_resume(work, args.kills, args.seed)
-    print(f"kills that hit a running process: {hits}/{args.kills}; "
-          f"chains ending bitwise equal to the clean run: {equal}/{chains}")
+    os.makedirs(work, exist_ok=True)
+    hits, equal, chains, terms_143 = crash_and_resume(work, args.kills, args.seed)
+    print(f"kills that hit a running process: {hits}/{args.kills} (SIGTERMs answered with exit 143: "
+          f"{terms_143}); chains ending bitwise equal to the clean run: {equal}/{chains}")
     sys.exit(0 if equal == chains else 1)
 
 

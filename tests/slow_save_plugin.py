@@ -1,5 +1,6 @@
 """Loaded through runtime.imports by the crash test: makes the N-th checkpoint write stall
-half-way (after real bytes reached the temp file) so a SIGKILL lands inside the write."""
+half-way (after real bytes reached the temp file) so a SIGKILL lands inside the write.
+Every write from the N-th on stalls for UP_TEST_STALL_SECONDS (default 60)."""
 import os
 import time
 
@@ -23,7 +24,7 @@ def _stalling_save(obj, f, *args, **kwargs):
     f.write(data[: len(data) // 2])
     f.flush()
     open(os.environ["UP_TEST_MARKER"], "w").close()
-    time.sleep(60)
+    time.sleep(float(os.environ.get("UP_TEST_STALL_SECONDS", "60")))
     f.write(data[len(data) // 2:])
 
 

@@ -16,11 +16,11 @@ from hostile_helpers import ProcResult, assert_one_line, fingerprint, tiny_cfg, 
 TESTS = os.path.join(REPO, "tests")
 
 
-def cfg_file(tmp_path, name, hooks=(), max_epoch=1, **sections):
+def cfg_file(tmp_path, name, hooks=(), max_epoch=1, imports=(), **sections):
     """hostile_helpers' tiny run (2 iterations per epoch) with the test hooks importable."""
     cfg = tiny_cfg(**sections)
     cfg["trainer"]["max_epoch"] = max_epoch
-    cfg["runtime"] = {**cfg["runtime"], "num_threads": 1, "imports": ["optim_helpers", "ctrl_plugin"]}
+    cfg["runtime"] = {**cfg["runtime"], "num_threads": 1, "imports": ["optim_helpers", "ctrl_plugin", *imports]}
     cfg["hooks"] = list(hooks)
     return write_yaml(tmp_path / f"{name}.yaml", cfg)
 
@@ -134,3 +134,29 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path):
     assert res.exit_code == 0, (res.stderr, res.exception)
     assert f"run dir lock: taking over from PID {dead.pid} on host" in res.stdout
     assert (run_dir / ".up.lock").read_text() == ""  # released cleanly
+
+
+def test_sigterm_to_the_group_during_a_checkpoint_write_loses_nothing(tmp_path):
+    """The group's SIGTERM lands while ckpt_e1.pth is half written (the write stalls for 2 s):
+    the write completes, the snapshot follows, exit 143, every file loads, and auto_resume
+    finishes the run."""
+    marker, run_dir = tmp_path / "stalled", tmp_path / "run"
+    cfg = cfg_file(tmp_path, "stall", max_epoch=3, imports=["slow_save_plugin"], dataset={"num_workers": 2})
+    proc = start(cfg, run_dir, env={"UP_TEST_STALL_AT": "1", "UP_TEST_STALL_SECONDS": "2",
+                                    "UP_TEST_MARKER": str(marker)})
+    wait_file(marker, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (out[-3000:], err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    ckpts = run_dir / "checkpoints"
+    names = sorted(n for n in os.listdir(ckpts) if n.startswith("ckpt_"))
+    loaded = {n: torch.load(ckpts / n, map_location="cpu", weights_only=True) for n in names}
+    assert loaded["ckpt_e1.pth"]["epoch"] == 1 and loaded["ckpt_e1.pth"]["state"]["epoch_done"]
+    assert loaded["ckpt_latest.pth"]["iter"] >= 2
+    assert not [n for n in os.listdir(ckpts) if not n.startswith("ckpt_")], os.listdir(ckpts)  # no temp file left
+    resumed = invoke(["train", "--config", cfg_file(tmp_path, "resume", max_epoch=3,
+                                                    saver={"save_dir": "checkpoints", "auto_resume": True}),
+                      "--work-dir", run_dir])
+    assert resumed.exit_code == 0, (resumed.stderr, resumed.exception)
+    assert torch.load(ckpts / "ckpt_e3.pth", map_location="cpu", weights_only=True)["iter"] == 6

@@ -78,6 +78,22 @@ def test_tokens_reach_the_server_and_no_file(tmp_path, pavi_server, monkeypatch)
     assert "writer_kwargs.token=<redacted>" in written["config.yaml"]  # the recorded command line
 
 
+def test_token_from_the_environment_is_used_and_never_written(tmp_path, pavi_server, monkeypatch):
+    """Held before: the writer reads UP_PAVI_URL / UP_PAVI_TOKEN, and neither reaches a file."""
+    env_token = "env-T0KEN-5e5e"
+    monkeypatch.setenv("UP_PAVI_URL", f"http://127.0.0.1:{pavi_server.server_port}/api/v1/scalars")
+    monkeypatch.setenv("UP_PAVI_TOKEN", env_token)
+    cfg = tiny_cfg(hooks=[{"type": "train_val_logger", "kwargs": {
+        "freq": 1, "summary_writer": "pavi", "plot": False, "progress_bar": False,
+        "writer_kwargs": {"flush_interval": 0.05}}}])
+    run_dir = tmp_path / "run"
+    res = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", run_dir])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert pavi_server.auth and set(pavi_server.auth) == {f"Bearer {env_token}"}
+    texts = [res.stdout, res.stderr] + [p.read_bytes().decode("latin-1") for p in run_dir.rglob("*") if p.is_file()]
+    assert not [t for t in texts if env_token in t]
+
+
 def test_up_config_prints_secrets_redacted(tmp_path):
     cfg = tiny_cfg(hooks=[logger_with("https://u:" + URL_PASSWORD + "@pavi.example/x", token=YAML_TOKEN)])
     res = invoke(["config", "--config", write_yaml(tmp_path / "cfg.yaml", cfg)])
