@@ -52,9 +52,9 @@ CASES = [
      "is nested deeper than 100 levels"),
     ("nested mappings 500 deep", with_text(lambda tmp_path: "net: " + "{a: " * 500 + "1" + "}" * 500 + "\n"),
      "is nested deeper than 100 levels"),
-    ("alias bomb in a typed key", with_text(bomb_in_typed_key), "trainer.max_epoch: expected int, got list [["),
+    ("alias bomb in a typed key", with_text(bomb_in_typed_key), ("trainer.max_epoch: expected int", "got list [[")),
     ("megabyte string in a typed key", with_text(lambda tmp_path: f"trainer: {{max_epoch: {'x' * 2_000_000}}}\n"),
-     "trainer.max_epoch: expected int, got str 'xxxx"),
+     ("trainer.max_epoch: expected int", "got str 'xxxx")),
     ("runtime.imports: [1]", with_text(lambda tmp_path: "runtime: {imports: [1]}\n"),
      "runtime.imports[0]: expected a module name like my_pkg.hooks, got int 1"),
     ("ema listed twice", with_text(lambda tmp_path: "hooks: [{type: ema}, {type: ema}]\n"),
@@ -72,7 +72,7 @@ def test_hostile_config_fails_fast_in_one_line(tmp_path, name, build, expected):
     t0 = time.perf_counter()
     res = invoke(["train", "--config", build(tmp_path), "--work-dir", run_dir])
     elapsed = time.perf_counter() - t0
-    line = assert_one_line(res, expected)
+    line = assert_one_line(res, *((expected,) if isinstance(expected, str) else expected))
     assert len(line) < 600, len(line)  # values are quoted in slices, never in full
     assert elapsed < 30, elapsed  # no endless read, no exponential walk
     assert fingerprint(run_dir / "checkpoints") == before
