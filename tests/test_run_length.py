@@ -91,3 +91,15 @@ def test_iter_base_defaults_and_length_errors():
         validate(tiny_cfg(trainer={"max_epoch": 0.0}))
     with pytest.raises(ConfigError, match="trainer.max_iter: must be >= 1"):
         validate(tiny_cfg(trainer={"max_iter": 0}))
+
+
+def test_dry_run_says_how_the_run_length_maps_onto_epochs(tmp_path, run_up):
+    from conftest import write_cfg
+
+    cfg = tiny_cfg(runtime={"seed": 3, "iter_base": True}, trainer={"max_iter": 14, "max_epoch": None})
+    res = run_up(["train", "--config", write_cfg(tmp_path / "a.yaml", cfg), "--work-dir", tmp_path / "run",
+                  "--dry-run"])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert ("a real run: training for 14 iterations = 2.333 epochs of 6 (the last epoch, 3, stops after 2 "
+            "iterations); test/save frequencies count iterations (runtime.iter_base)") in log

@@ -51,6 +51,7 @@ def dry_run(trainer, work_dir=None, train_iters=TRAIN_ITERS, eval_batches=EVAL_B
              train_iters, eval_batches)
     if trainer.optim is not None:
         log.info(precision_line(trainer.optim))
+        log.info("a real run: %s", trainer.length.describe())  # how max_iter / iter_base map onto epochs
     report_weights(trainer.cfg, work_dir)
     log.info("hook order per event (built, not run in a dry run):\n%s", trainer.hooks.order_table())
     trainer.hooks = HookList()
