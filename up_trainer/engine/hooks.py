@@ -3,7 +3,7 @@
 The dispatcher belongs to the engine: the trainer and the builder use it, and every hook
 (built-in in :mod:`up_trainer.hooks` or a plugin) derives from :class:`Hook` here.
 """
-from ..errors import ConfigError, did_you_mean, short_repr
+from ..errors import CheckpointError, ConfigError, did_you_mean, short_repr
 
 # Lower runs first. Names as MMEngine's, so its users can write them in YAML.
 PRIORITIES = {
@@ -145,4 +145,9 @@ class HookList:
     def load_state_dict(self, states):
         for h in self:
             if h.name in states:
-                h.load_state_dict(states[h.name])
+                try:
+                    h.load_state_dict(states[h.name])
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                    # a hand-edited file, or a state from another version of the hook
+                    raise CheckpointError(f"hooks.{h.name}: the saved state does not fit this hook "
+                                          f"({type(exc).__name__}: {str(exc)[:80]})") from None

@@ -13,11 +13,11 @@ import torch
 
 from ..data.loader import to_device
 from ..config.redact import redact
-from ..errors import TrainingInterrupted
+from ..errors import CheckpointError, TrainingInterrupted
 from . import schedule
-from .checkpoint_policy import CheckpointPolicy
 from .checkpoint import epoch_name, interrupt_name
 from .checkpoint_fit import check_resumable
+from .checkpoint_policy import CheckpointPolicy
 from .rng import rng_state, set_rng_state
 from .run_length import RunLength
 from .scalars import Scalars
@@ -243,7 +243,10 @@ class Trainer:
         if self.ema is not None and ckpt.get("ema") is not None:
             self.ema.load_state_dict(ckpt["ema"])
         self.state.load_state_dict(ckpt.get("state") or {"epoch": ckpt["epoch"], "iter": ckpt["iter"]})
-        self.hooks.load_state_dict(ckpt.get("hooks") or {})
+        try:
+            self.hooks.load_state_dict(ckpt.get("hooks") or {})
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
         if ckpt.get("rng") is not None:
             ranks = ckpt.get("rng_ranks")  # present when saved under DDP; usable at the same world size
             same_world = ranks is not None and len(ranks) == self.dist.world_size
