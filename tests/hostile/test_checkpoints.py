@@ -160,6 +160,7 @@ def test_auto_resume_falls_back_past_flipped_bytes(tmp_path):
     after = fingerprint(save_dir)
     assert after["ckpt_e1.pth"] == e1  # the valid checkpoint it fell back to is untouched
     assert torch.load(save_dir / "ckpt_e3.pth", weights_only=True)["epoch"] == 3
+    assert f"checkpoint written: {save_dir / 'ckpt_e3.pth'}" in result.stdout  # logged once renamed in
 
 
 def test_hand_edited_position(tmp_path, trained_run):  # noqa: F811
