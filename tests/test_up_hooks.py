@@ -160,3 +160,27 @@ def test_memory_empty_builds_with_ups_kwargs():
     with pytest.raises(ConfigError, match="must be >= 1"):
         build_hooks([{"type": "memory_empty", "kwargs": {"freq": 0}}])
     assert len(list(hooks)) == 1
+
+
+def test_grad_cam_on_a_up_form_net_touches_no_gradient(tmp_path):
+    from up_trainer.hooks.grad_cam import GradCAM
+    from up_trainer.tasks.net import build_model
+
+    torch.manual_seed(0)
+    model = build_model([
+        {"name": "backbone", "type": "resnet18", "kwargs": {"out_layers": [4], "out_strides": [32]}},
+        {"name": "head", "type": "base_cls_head", "kwargs": {"num_classes": 5, "in_plane": 512}},
+        {"name": "post_process", "type": "base_cls_postprocess", "kwargs": {"cls_loss": {"type": "ce"}}}]).train()
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"3": "three|r7"}))
+    hook = GradCAM(layer_name="backbone.layer4", class_names=str(names), save_dir="cams", freq=2)
+    hook.name = "grad_cam"
+    trainer = fake_trainer(tmp_path, module=model)
+    trainer.device = torch.device("cpu")
+    hook.before_train(trainer)
+    batch = {"image": torch.rand(2, 3, 64, 64), "label": torch.tensor([3, 1])}
+    hook.before_forward(trainer, 1, batch)  # not a multiple of freq
+    assert not (tmp_path / "cams").exists()
+    hook.before_forward(trainer, 2, batch)
+    assert sorted(os.listdir(tmp_path / "cams")) == ["i2_1_1.png", "r7_i2_0_three.png"]
+    assert model.training and all(p.grad is None for p in model.parameters())

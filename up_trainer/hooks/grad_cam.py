@@ -122,8 +122,9 @@ class GradCAM(Hook):
             with torch.enable_grad():
                 outputs = model(data)
                 feature = self._feature
-                if not isinstance(outputs, dict) or "logits" not in outputs:
-                    raise ConfigError(f"hooks.{self.name}", "grad_cam needs a classification net (a logits output)")
+                if not isinstance(outputs, dict) or not isinstance(outputs.get("logits"), torch.Tensor):
+                    raise ConfigError(f"hooks.{self.name}", "grad_cam needs a single-head classification net "
+                                      "(one logits tensor)")
                 if feature is None or not feature.requires_grad:
                     log.warning("grad_cam: the layer's activation has no gradient (frozen?); nothing drawn")
                     return
