@@ -6,8 +6,8 @@ Each round starts `up train` (2 DataLoader workers, saver.auto_resume) on the sa
 directory in a process group of its own, and after a random delay (some land inside
 checkpoint writes: those take a visible share of each epoch) signals the whole group, as a
 scheduler does: odd rounds SIGKILL, even rounds SIGTERM. A SIGTERM is sent once training has
-started (the delay counts from the log's "hook order" line; before, Python's default action
-would simply kill the process) and must end in exit 143 (the interrupt snapshot) or 0 (the run
+started (the delay counts from auto_checkpoint's log line saying its handlers are installed;
+before, Python's default action would simply kill the process) and must end in exit 143 (the interrupt snapshot) or 0 (the run
 had finished; or death by the signal after training, once the default handlers are back);
 never exit 1 ("DataLoader worker killed"). After every kill, every file
 named ckpt_* must load with weights_only=True. When the kills are spent, the run is finished
@@ -56,7 +56,7 @@ def start(cfg_path, run_dir):
 # or the snapshot-and-exit path (SIGTERM: also killed by it in the last moments, once training
 # has ended and auto_checkpoint has given the default handlers back).
 ALLOWED = {signal.SIGKILL: (0, -signal.SIGKILL), signal.SIGTERM: (0, 143, -signal.SIGTERM)}
-TRAINING_STARTED = "hook order per event"  # logged by the trainer just before before_train
+TRAINING_STARTED = "auto_checkpoint: SIGINT, SIGTERM"  # logged once its signal handlers are installed
 
 
 def wait_for_training(proc, log_path, offset, timeout=600):

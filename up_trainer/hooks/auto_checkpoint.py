@@ -126,6 +126,7 @@ class AutoCheckpoint(Hook):
         self._consistent = True  # fresh, or just loaded from a checkpoint
         self._start_iter = trainer.state.iter
         self._install()
+        log.info("auto_checkpoint: %s handled (snapshot at the next iteration boundary)", ", ".join(self.signals))
 
     def before_epoch(self, trainer, epoch):
         self._consistent = True  # the previous epoch ended with an update
@@ -152,9 +153,10 @@ class AutoCheckpoint(Hook):
         stop = stop if stop in EXIT_CODES and not isinstance(exc, KeyboardInterrupt) else None
         if stop is None and (not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt)):
             return
-        if stop is None and trainer.state.iter == self._start_iter:
+        trained = trainer.state.iter != self._start_iter
+        if stop is None and not trained:
             return  # nothing trained yet (bad data in the first batch): a snapshot would only move latest
-        written = self._exception_snapshot(trainer, exc)
+        written = trained and self._exception_snapshot(trainer, exc)
         if stop is None:
             return
         if self.requeue and stop in _REQUEUE_ON and trainer.dist.is_main:
