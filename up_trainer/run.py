@@ -177,6 +177,10 @@ def _dry_run(cfg, work_dir, device, evaluate_only):
 
     log.info("config: %s form%s", (cfg.get("origin") or {}).get("form", "native"),
              "".join(f"\n  {note}" for note in (cfg.get("origin") or {}).get("notes", [])))
+    workers = cfg["dataset"]["num_workers"]
+    if workers > 1:  # one worker still shows that samples and the collate cross process boundaries
+        log.info("dry run: DataLoader workers %d -> 1 for 2 batches", workers)
+        cfg = {**cfg, "dataset": {**cfg["dataset"], "num_workers": 1}}
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
     if evaluate_only:
         require_evaluator(trainer)

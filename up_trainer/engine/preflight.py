@@ -6,7 +6,8 @@ transforms, image reader and evaluator), the batch mixing function, the net, the
 the LR schedule. Objects that are cheap and touch no file (hooks, transforms, readers,
 evaluators, batch_fn) are constructed, so their value checks run too. The net is built on
 PyTorch's meta device (no memory, no init compute), which lets the optimizer and LR schedule be
-built on its parameters. Datasets are only checked (constructing one reads its files).
+built on its parameters (for an assumed epoch length). Datasets are only checked
+(constructing one reads its files).
 """
 import contextlib
 import logging
@@ -17,6 +18,9 @@ from ..errors import ConfigError, did_you_mean, join_path
 from ..registry import BATCH_FNS, DATASETS, EVALUATORS, IMAGE_READERS, check_kwargs, import_user_modules
 
 TRANSFORM_KWARGS = ("transforms", "transformer")
+# The epoch length is unknown without reading data. Schedules are built for a long epoch, so
+# errors that only a short one causes (warmup longer than the schedule) show in --dry-run.
+ASSUMED_EPOCH_LEN = 10_000
 
 
 @contextlib.contextmanager
@@ -72,7 +76,7 @@ def check_net_and_optimization(cfg):
     if cfg["dataset"].get("train") is None:
         return
     with _config_failure("trainer"):
-        Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), 1,
+        Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), ASSUMED_EPOCH_LEN,
                      batch_size=cfg["dataset"]["batch_size"], world_size=1)
 
 
