@@ -44,19 +44,20 @@ REFUSED = {
 # A file that gives no data path at all: ``up config`` says so in one line.
 NO_DATA = {"cls/swin/swin_transformer_base_384.yaml": "dataset.train.kwargs.meta_file: expected str, got NoneType"}
 
-# Files of the mapped families that still fail because a piece is missing: {file: reason}.
-PCONFIG_NODECAY = ("trainer.optimizer.pconfig: UP's swin files put nodecay inside the linear_b entry, "
-                   "which UP ignores; refused here as an unknown key")
-CONFIG_GAPS = {f"cls/swin/{name}.yaml": PCONFIG_NODECAY for name in (
-    "swin_transformer_base_224", "swin_transformer_large_224", "swin_transformer_large_384",
-    "swin_transformer_tiny")}
-WARMUP_LONGER = ("trainer.lr_scheduler: on tiny data the whole run is shorter than warmup_iter (3130); UP "
-                 "keeps warming up, the cosine schedulers here refuse T_max <= warmup_iter")
 # With data given, a file UP itself cannot run: pconfig key 'linear' (UP: KeyError).
 DRY_RUN_REFUSED = {"cls/swin/swin_transformer_base_384.yaml": "trainer.optimizer.pconfig.linear: unknown key"}
-DRY_RUN_GAPS = {**CONFIG_GAPS, **{
-    f"cls/resnet/{name}.yaml": WARMUP_LONGER for name in (
-        "res18_200e_bag_of_tricks", "res18_strikes_100e_bce", "res18_strikes_300e_bce", "res50_200e_bag_of_tricks")}}
+
+# Files of the mapped families that still fail because a piece is missing: {file: reason}.
+# (Empty: every mapped file passes; a new gap goes here, marked xfail strict.)
+CONFIG_GAPS = {}
+DRY_RUN_GAPS = {}
+
+# Swin base / large (88M-197M parameters) take 15-60 s each to build and step on a loaded 2-core
+# machine; by default their dry run is left to UP_TRAINER_ALL_UP_DRY_RUNS=1 (they passed when the
+# list was made). ``up config`` still builds and checks them (net on the meta device), and the
+# dry runs of swin_tiny / swin_small run the same code.
+BIG = {f"cls/swin/swin_transformer_{name}.yaml" for name in ("base_224", "large_224", "large_384")}
+ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 
 def cases(files, gaps):
@@ -149,7 +150,8 @@ def dry_run(rel, data, run_dir):
                    "--device", "cpu", "--opts", *data_opts(rel, data)])
 
 
-@pytest.mark.parametrize("rel", cases([f for f in MAPPED if f not in DRY_RUN_REFUSED], DRY_RUN_GAPS))
+@pytest.mark.parametrize("rel", cases([f for f in MAPPED if f not in DRY_RUN_REFUSED and (ALL_DRY_RUNS or f not in BIG)],
+                                      DRY_RUN_GAPS))
 def test_family_file_dry_runs_with_data_opts(rel, up_data, tmp_path):
     run_dir = tmp_path / "run"
     res = dry_run(rel, up_data, run_dir)
