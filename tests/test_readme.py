@@ -37,3 +37,15 @@ def test_every_hook_and_kwarg_is_documented():
             if not near:
                 missing.append(f"{name}.{kwarg}")
     assert not missing, missing
+
+
+def test_readme_parses_as_restructuredtext():
+    """A malformed table renders as an error box on the package page: none may be left."""
+    import io
+
+    import docutils.core
+
+    errors = io.StringIO()
+    docutils.core.publish_doctree(README, settings_overrides={"report_level": 3, "halt_level": 5,
+                                                              "warning_stream": errors})
+    assert not errors.getvalue(), errors.getvalue()
