@@ -6,7 +6,7 @@
 Both loops train the same model (built by the same code from the same seed) on the same data in
 the same order, evaluate after every epoch and save a checkpoint (model + optimizer) after every
 epoch plus the best one: what a hand-written loop does. The trainer runs with its default hooks
-(train_val_logger, auto_checkpoint, auto_save_best).
+(train_val_logger, auto_checkpoint, auto_save_best; eval_insight left out, see load_cfg).
 
 The two loops run interleaved, one epoch each in turn: a hook at the trainer's epoch boundary
 runs the bare loop's next epoch, so every up epoch is timed next to the bare epoch with the same
@@ -61,7 +61,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def load_cfg(path, epochs, tune, threads):
     # No augmentation: a bare loop has no per-batch seeding to match random transforms with.
-    return resolve_config(path, [f"trainer.max_epoch={epochs}", "trainer.lr_scheduler=null",
+    # No evaluation insight either (default_hooks.insight): a bare loop draws no confusion
+    # matrix; what the eval_insight hook costs per evaluation is measured on its own (README).
+    return resolve_config(path, ["default_hooks.insight=null", f"trainer.max_epoch={epochs}", "trainer.lr_scheduler=null",
                                  "dataset.train.kwargs.transforms=null", "dataset.num_workers=0",
                                  f"runtime.tune_malloc={str(tune).lower()}", f"runtime.num_threads={threads}"])
 

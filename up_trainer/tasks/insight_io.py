@@ -27,12 +27,11 @@ def write_csv(path, header, rows):
 
 
 def save_figure(fig, path):
-    """PNG file and the same picture as uint8 3xHxW."""
-    from ..render import figure_to_uint8
+    """PNG file and the same picture as uint8 3xHxW, rendered once (Agg) for both."""
+    from ..render import figure_to_uint8, save_png
 
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     image = figure_to_uint8(fig)
-    fig.savefig(path, dpi=fig.dpi)
+    save_png(image, path)
     return image
 
 
