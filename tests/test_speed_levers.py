@@ -49,6 +49,8 @@ def test_bad_lever_settings_are_one_line_errors(tmp_path, run_up, overrides, mes
     assert res.exit_code == 2, (res.stderr, res.exception)
     assert message in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    checked = run_up(["config", "--config", path])  # up config refuses what up train would
+    assert checked.exit_code == 2 and message in checked.stderr, (checked.stderr, checked.exception)
 
 
 def test_persistent_workers_resume_bitwise_as_a_straight_run_in_one_process(tmp_path, run_up):

@@ -94,8 +94,11 @@ def check_buildable(cfg):
     """Raise the ConfigError ``up train`` would raise for a bad type or kwarg; return None."""
     from .builder import build_hooks
 
+    from .speed import check_speed_settings
+
     with quiet_log():
         import_user_modules(cfg["runtime"]["imports"])
+        check_speed_settings(cfg["runtime"])
         build_hooks(cfg["hooks"])
         ds = cfg["dataset"]
         evaluators = []

@@ -12,13 +12,19 @@ from ..errors import ConfigError
 log = logging.getLogger("up")
 
 
+def check_speed_settings(rt):
+    """The ConfigError these keys would raise at build time, without changing anything
+    (``up config`` / ``--dry-run`` call it too)."""
+    if rt["cudnn_benchmark"] and rt["deterministic"]:
+        # cudnn.benchmark picks the fastest convolution algorithm per input shape by timing them
+        raise ConfigError("runtime.cudnn_benchmark", "cannot be combined with runtime.deterministic: true",
+                          "autotuning chooses algorithms by their timing, which is not reproducible")
+    compile_kwargs(rt)
+
+
 def set_backend_flags(rt):
-    """cudnn.benchmark picks the fastest convolution algorithm per input shape by timing them,
-    which makes results depend on timing: it cannot be combined with runtime.deterministic."""
+    check_speed_settings(rt)
     if rt["cudnn_benchmark"]:
-        if rt["deterministic"]:
-            raise ConfigError("runtime.cudnn_benchmark", "cannot be combined with runtime.deterministic: true",
-                              "autotuning chooses algorithms by their timing, which is not reproducible")
         torch.backends.cudnn.benchmark = True
 
 
@@ -31,7 +37,15 @@ def compile_kwargs(rt):
         return None
     kwargs = {} if value is True else dict(value)
     check_kwargs(torch.compile, kwargs, "runtime.compile", provided={"model"})
+    try:  # values (mode, backend names) are checked when torch.compile is called; tracing waits for a call
+        torch.compile(_identity, **kwargs)
+    except (RuntimeError, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError("runtime.compile", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     return kwargs
+
+
+def _identity(x):
+    return x
 
 
 def prepare_model(model, rt):
