@@ -346,7 +346,7 @@ def read_events(logdir):
 def test_real_run_event_files_read_back_with_tensorboard(real_run):
     events = read_events(os.path.join(real_run.dir, "tb"))
     assert set(events) == {"train/loss", "train/lr", "train/grad_norm", "metrics/top1", "metrics/top5",
-                           "metrics/num_samples"}
+                           "metrics/num_samples", "metrics/val_loss"}
     assert [s for s, _ in events["train/loss"]] == [2, 4, 6, 8]
     assert [s for s, _ in events["metrics/top1"]] == [1, 2]  # epoch steps
     table = rows(real_run.dir)
