@@ -134,3 +134,28 @@ def test_eval_loss_pass_gives_the_same_detections():
     assert float(both["loss_classification"]) > 0
     for a, b in zip(plain["detections"], both["detections"]):
         assert torch.equal(a["boxes"], b["boxes"]) and torch.equal(a["scores"], b["scores"])
+
+
+def test_insight_leaves_the_random_streams_as_they_were(tmp_path):
+    """Reading test images for the contact sheet may draw random transforms; training after an
+    evaluation must not see a different random stream (exact resume)."""
+    from types import SimpleNamespace
+
+    from up_trainer.hooks.eval_insight import write_insight
+    from up_trainer.tasks.cls.evaluator import TopKAccuracy
+
+    class RandomImages:
+        classes = ["a", "b"]
+
+        def __getitem__(self, i):
+            return {"image": torch.rand(1, 8, 8)}
+
+    ev = TopKAccuracy(topk=[1])
+    ev.process({"index": torch.arange(4), "label": torch.tensor([0, 1, 0, 1])}, {"logits": torch.tensor([[0.0, 1], [1, 0], [1, 0], [0, 1]])})  # 2 wrong
+    trainer = SimpleNamespace(evaluator=ev, results_dir=str(tmp_path), loaders=SimpleNamespace(test_set=RandomImages()))
+    torch.manual_seed(1)
+    insight = write_insight(trainer, ev.results())
+    assert "insight/confidently_wrong" in insight.images  # the images were read
+    after = torch.rand(3)
+    torch.manual_seed(1)
+    assert torch.equal(after, torch.rand(3))

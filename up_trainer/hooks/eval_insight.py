@@ -15,12 +15,17 @@ def write_insight(trainer, results, num_wrong=16, score_thr=0.3):
     insight = getattr(trainer.evaluator, "insight", None)
     if insight is None or results is None or not trainer.results_dir:
         return None
+    from ..engine.rng import rng_state, set_rng_state
+
     kwargs = {"num_wrong": num_wrong} if hasattr(trainer.evaluator, "topk") else {"score_thr": score_thr}
+    saved = rng_state()  # reading test images may draw random transforms: a resume stays exact
     try:
         return insight(results, trainer.results_dir, dataset=trainer.loaders.test_set, **kwargs)
     except Exception as exc:  # a plotting or data problem must not fail the run
         log.warning("evaluation insight not written: %s: %s", type(exc).__name__, exc)
         return None
+    finally:
+        set_rng_state(saved)
 
 
 @HOOKS.register("eval_insight")
