@@ -117,6 +117,11 @@ def test_multi_head_dropout_and_group_norm():
     out = model.train()({"image": torch.randn(2, 3, 32, 32), "label": torch.tensor([[0, 3], [2, 1]])})
     assert set(out) == {"logits", "loss_head0", "loss_head1"}
     assert torch.allclose(out["loss_head1"], F.cross_entropy(out["logits"][1], torch.tensor([3, 1])))
+    from up_trainer.errors import DataError
+
+    with pytest.raises(DataError, match=r"net\[1\].kwargs.num_classes: 2 classifier heads .* need 2 labels per "
+                                        r"image; the batch's labels have shape \(2,\)"):
+        model({"image": torch.randn(2, 3, 32, 32), "label": torch.tensor([0, 1])})
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import ConfigError
+from ...errors import ConfigError, DataError
 from .options import Options, sub_options
 
 LOSSES = ("ce", "label_smooth_ce", "bce")
@@ -102,6 +102,9 @@ class PostProcess(nn.Module):
     def forward(self, logits, label):
         out = {}
         multi = isinstance(logits, list)
+        if multi and label is not None and (label.dim() != 2 or label.shape[1] != len(logits)):
+            raise DataError(f"{self.heads_path}: {len(logits)} classifier heads (UP's multi-head form) need "
+                            f"{len(logits)} labels per image; the batch's labels have shape {tuple(label.shape)}")
         if label is not None:
             for idx, logit in enumerate(logits if multi else [logits]):
                 loss_fn = self.losses[idx if len(self.losses) > 1 else 0]
@@ -193,6 +196,7 @@ def build_classifier(net_cfg, path):
     opts[1].ignore("inplanes", "UP fills it from prev; in_plane is what the head reads")
     head, num_classes = build_head(opts[1], backbone.out_planes)
     post = build_postprocess(opts[2], num_classes)
+    post.heads_path = join_path(join_path(path, 1), "kwargs.num_classes")
     parts = [(net_cfg[0]["name"], backbone), (net_cfg[1]["name"], head), (net_cfg[2]["name"], post)]
     model = UPClassifier(parts, num_classes)
     model.sync_bn_group_size = sync_group
