@@ -123,3 +123,8 @@ def test_special_bn_init():
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
     special_bn_init(net)
     assert (net[1].eps, net[1].momentum) == (1e-3, 0.03)
+
+
+def test_unmapped_up_transform_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"t\[0\].type: mosaic is UP's YOLOX mosaic .* not map .*instead"):
+        build_transforms([{"type": "mosaic"}], "t")

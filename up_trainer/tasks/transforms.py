@@ -104,6 +104,28 @@ class RandomErasingUP(v2.RandomErasing):
                          ratio=(min_aspect, max_aspect or 1 / min_aspect), value="random" if mode == "pixel" else 0)
 
 
+# UP transform names with no mapping here: what each is in UP and what to use instead. Refused
+# in one line (exit 2) rather than approximated.
+UNMAPPED_UP_TRANSFORMS = {
+    "torch_cutmix_mixup": ("UP's per-sample CutMix/MixUp (draws extra images from the dataset)",
+                           "the training batch_fn batch_cutmixup (dataset.train.dataloader.kwargs.batch_fn)"),
+    "mosaic": ("UP's YOLOX mosaic (4 images per sample)", "no mosaic; the YOLOX recipes are not mapped"),
+    "mosaicv2": ("UP's YOLOX mosaic v2", "no mosaic; the YOLOX recipes are not mapped"),
+    "yolox_mixup_cv2": ("UP's YOLOX detection mixup", "no detection mixup; the YOLOX recipes are not mapped"),
+    "augment_hsv": ("UP's YOLO HSV jitter on OpenCV images", "ColorJitter (torchvision v2)"),
+    "random_perspective": ("UP's YOLO random affine", "RandomAffine (torchvision v2)"),
+    "random_perspective_yolox": ("UP's YOLOX random affine", "RandomAffine (torchvision v2)"),
+    "color_jitter": ("UP's detection colour jitter on OpenCV images", "ColorJitter (torchvision v2)"),
+    "crop": ("UP's random crop with box filtering", "RandomIoUCrop (torchvision v2)"),
+    "stitch_expand": ("UP's stitch/expand zoom-out", "RandomZoomOut (torchvision v2)"),
+    "range_crop": ("UP's scale-range crop", "RandomIoUCrop (torchvision v2)"),
+    "fix_output_resize": ("UP's resize to a fixed output with padding", "keep_ar_resize plus pad_to_stride"),
+    "custom_to_tensor": ("UP's to_tensor variant for OpenCV images (optionally /255)",
+                         "to_tensor (images are float tensors in [0, 1] here)"),
+    "normalize_inverse": ("UP's undo of normalize for visualisation", "nothing in a training pipeline"),
+}
+
+
 def torchvision_names():
     """Class names in torchvision.transforms.v2 a config may use."""
     return sorted(name for name, obj in vars(v2).items()
@@ -115,6 +137,9 @@ def _lookup(name, path):
         raise ConfigError(path, f"expected a transform name, got {type(name).__name__} {name!r}")
     if name in TRANSFORMS:
         return TRANSFORMS.get(name, path)
+    if name in UNMAPPED_UP_TRANSFORMS:
+        what, instead = UNMAPPED_UP_TRANSFORMS[name]
+        raise ConfigError(path, f"{name} is {what}, which up-trainer does not map", f"instead: {instead}")
     tv_names = torchvision_names()
     if name in tv_names:
         return getattr(v2, name)
