@@ -51,6 +51,16 @@ def test_dry_run_writes_only_the_log(tmp_path, run_up):
     assert files == ["train.log"]
     log = (run_dir / "train.log").read_text()
     for line in ("precision: float32", "dry run: train iteration 2/2", "dry run: evaluated 1 batch(es), metrics on them: {'top1'",
-                 "saver.pretrain_model missing.pth (NOT FOUND) is not loaded", "dry run: ok",
+                 "saver.pretrain_model missing.pth (NOT FOUND) is not loaded; a real run stops here", "dry run: ok",
                  "optimizer param groups"):
         assert line in log, (line, log)
+
+
+def test_dry_run_evaluate_only_and_missing_resume(tmp_path, run_up):
+    path = write_cfg(tmp_path / "a.yaml", tiny_cfg())
+    res = run_up(["train", "--config", path, "--work-dir", tmp_path / "r", "--dry-run", "-e", "--resume", "no.pth"])
+    assert res.exit_code == 2 and "--resume: checkpoint not found: no.pth" in res.stderr
+    res = run_up(["train", "--config", path, "--work-dir", tmp_path / "r", "--dry-run", "-e"])
+    assert res.exit_code == 0, res.stderr
+    log = (tmp_path / "r" / "train.log").read_text()
+    assert "dry run: 0 training iterations" in log and "dry run: evaluated 1 batch(es)" in log

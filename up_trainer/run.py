@@ -129,8 +129,10 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
     run_dir = work_dir or os.getcwd()
     is_main = DistInfo().is_main
     if dry_run:  # writes only its log: no run-dir lock, no checkpoint directory
+        if resume and not os.path.exists(resume):
+            raise CheckpointError(f"--resume: checkpoint not found: {resume}")
         setup_logging(run_dir, is_main)
-        return _dry_run(cfg, work_dir, device, evaluate_only)
+        return _dry_run(cfg, work_dir, device, evaluate_only, resume)
     if is_main:
         check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
         if not evaluate_only:
@@ -170,7 +172,7 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     return trainer.state.metrics
 
 
-def _dry_run(cfg, work_dir, device, evaluate_only):
+def _dry_run(cfg, work_dir, device, evaluate_only, resume=None):
     """Build as ``up train`` does, 2 iterations and 2 evaluation batches, nothing saved."""
     from .engine.builder import build_trainer
     from .engine.dry_run import dry_run
@@ -184,7 +186,7 @@ def _dry_run(cfg, work_dir, device, evaluate_only):
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
     if evaluate_only:
         require_evaluator(trainer)
-    dry_run(trainer, work_dir)
+    dry_run(trainer, work_dir, resume)
     return {}
 
 

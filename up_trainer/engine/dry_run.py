@@ -32,27 +32,31 @@ def precision_line(optim):
     return f"precision: {str(dtype).replace('torch.', '')} autocast" + (" + GradScaler" if scaler else "")
 
 
-def report_weights(cfg, work_dir):
+def report_weights(cfg, work_dir, resume=None):
     """Say which weights a real run would load; a dry run loads none."""
+    if resume:
+        log.info("dry run: --resume %s is not loaded", resume)
     saver = cfg["saver"]
     for key in ("resume_model", "pretrain_model"):
         path = saver.get(key)
         if path:
             full = path if os.path.isabs(path) else os.path.join(work_dir or os.getcwd(), path)
-            state = "found" if os.path.isfile(full) else "NOT FOUND"
-            log.info("dry run: saver.%s %s (%s) is not loaded", key, path, state)
+            if os.path.isfile(full):
+                log.info("dry run: saver.%s %s (found) is not loaded", key, path)
+            else:  # a warning, not an error: a file copied from a cluster names its weights there
+                log.warning("dry run: saver.%s %s (NOT FOUND) is not loaded; a real run stops here", key, path)
     if saver.get("auto_resume"):
         log.info("dry run: saver.auto_resume is not applied")
 
 
-def dry_run(trainer, work_dir=None, train_iters=TRAIN_ITERS, eval_batches=EVAL_BATCHES):
+def dry_run(trainer, work_dir=None, resume=None, train_iters=TRAIN_ITERS, eval_batches=EVAL_BATCHES):
     """Run ``train_iters`` training iterations and ``eval_batches`` evaluation batches."""
     log.info("dry run: %d training iterations, %d evaluation batches; nothing is written but the log",
-             train_iters, eval_batches)
+             train_iters if trainer.optim is not None else 0, eval_batches if trainer.evaluator is not None else 0)
     if trainer.optim is not None:
         log.info(precision_line(trainer.optim))
         log.info("a real run: %s", trainer.length.describe())  # how max_iter / iter_base map onto epochs
-    report_weights(trainer.cfg, work_dir)
+    report_weights(trainer.cfg, work_dir, resume)
     log.info("hook order per event (built, not run in a dry run):\n%s", trainer.hooks.order_table())
     trainer.hooks = HookList()
     if trainer.optim is not None:
