@@ -9,7 +9,7 @@ pytestmark = pytest.mark.cuda
 
 
 def amp_cfg(tmp_path, dtype, max_epoch):
-    return cuda_cfg(tmp_path / f"probe-{dtype}-{max_epoch}.json", runtime={"amp": {"enable": True, "dtype": dtype}},
+    return cuda_cfg(tmp_path / f"probe-{dtype}-{max_epoch}.json", runtime={"amp": {"enable": True, "dtype": dtype, "force": True}},
                     trainer={"max_epoch": max_epoch, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.05, "momentum": 0.9}}})
 
 
