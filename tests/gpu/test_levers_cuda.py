@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpu_helpers import ckpt, cuda_cfg, probe
+from gpu_helpers import ckpt, cuda_cfg, probe, train_cfg
 from test_speed_levers import AUGMENTED
 from test_train_e2e import assert_state_equal, train
 
@@ -40,20 +40,22 @@ def test_cudnn_benchmark_is_set_and_training_runs(tmp_path, run_up):
     assert any(not torch.equal(first[k], last[k]) for k in last)  # it trained on
 
 
-def test_compiled_model_on_cuda_keeps_plain_keys_and_resumes(tmp_path, run_up):
-    compiled = {"imports": ["tiny_net_plugin"], "compile": True, "deterministic": False}
+def test_compiled_model_on_cuda_keeps_plain_keys_and_resumes(tmp_path):
+    """Fresh processes, as users run it: a compiled run right after a deterministic one in the
+    same process failed with a MemoryError on CPU (torch's deterministic mode stays on)."""
     net = {"type": "tiny_convnet", "kwargs": {"num_classes": 10, "width": 32}}
-    eager_dir, _ = train(run_up, tmp_path, "eager", cuda_cfg(tmp_path / "e.json", net=net, runtime={
-        "imports": ["tiny_net_plugin"]}, trainer={"max_epoch": 2, "optimizer": SGD}))
-    straight, res = train(run_up, tmp_path, "straight", cuda_cfg(tmp_path / "s.json", net=net, runtime=compiled,
-                                                                trainer={"max_epoch": 2, "optimizer": SGD}))
+
+    def cfg(name, max_epoch, compiled=True):
+        runtime = {"compile": True, "deterministic": False} if compiled else {}
+        return cuda_cfg(tmp_path / f"{name}.json", net=net, runtime=runtime, imports=["tiny_net_plugin"],
+                        trainer={"max_epoch": max_epoch, "optimizer": SGD})
+
+    train_cfg(tmp_path, "eager", cfg("eager", 2, compiled=False))
+    res = train_cfg(tmp_path, "straight", cfg("straight", 2))
     assert "torch.compile: default settings" in res.stdout
-    half, _ = train(run_up, tmp_path, "half", cuda_cfg(tmp_path / "h.json", net=net, runtime=compiled,
-                                                        trainer={"max_epoch": 1, "optimizer": SGD}))
-    resumed, _ = train(run_up, tmp_path, "half", cuda_cfg(tmp_path / "h.json", net=net, runtime=compiled,
-                                                           trainer={"max_epoch": 2, "optimizer": SGD}),
-                       "--resume", half / "checkpoints" / "ckpt_e1.pth")
-    eager, a, b = (ckpt(d / "checkpoints" / "ckpt_e2.pth") for d in (eager_dir, straight, resumed))
+    train_cfg(tmp_path, "half", cfg("half", 1))
+    train_cfg(tmp_path, "half", cfg("half", 2), "--resume", tmp_path / "half" / "checkpoints" / "ckpt_e1.pth")
+    eager, a, b = (ckpt(tmp_path / d / "checkpoints" / "ckpt_e2.pth") for d in ("eager", "straight", "half"))
     assert list(eager["model"]) == list(a["model"]) == list(b["model"])
     for k, v in a["model"].items():
         torch.testing.assert_close(v, b["model"][k], rtol=1e-4, atol=1e-5)  # fused kernels: not bitwise
