@@ -2,8 +2,8 @@
 and what the ``test_probe`` hook recorded.
 
 Budget of ``python -m pytest tests/gpu -q`` on one H100 (estimates: no GPU has run it yet):
-test_amp_cuda 30 s, test_memckpt_cuda 40 s, test_ddp_cuda 40 s, test_levers_cuda 90 s
-(torch.compile), test_demos_cuda 150 s (the two demos end to end): about 6 minutes, leaving
+test_amp_cuda 30 s, test_memckpt_cuda 40 s, test_ddp_cuda 40 s, test_levers_cuda 120 s
+(torch.compile in fresh processes), test_demos_cuda 150 s (the two demos end to end): about 6 minutes, leaving
 benchmarks/gpu.py 14 of the 20 minutes.
 """
 import json
