@@ -289,3 +289,14 @@ def test_readme_names_every_refused_up_type():
     section = readme[readme.index("UP nets\n~~~~~~~"):]
     missing = [t for t in REFUSED if not t.endswith("_") and not t.startswith("Big") and f"``{t}``" not in section]
     assert missing == []
+
+
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_refused_up_file_exits_2_with_one_line_from_config_and_train(tmp_path, command):
+    from conftest import invoke
+
+    args = [command, "--config", os.path.join(UP_CLS, "cswin", "cswin_tiny.yaml")]
+    result = invoke(args + (["--work-dir", tmp_path] if command == "train" else []))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("up: error: net[0].type: CSWin_64_12211_tiny_224 is UP's CSWin-T")

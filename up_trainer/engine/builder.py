@@ -54,6 +54,15 @@ def build_dataset(entry, path, evaluator_cfg_out=None):
     return DATASETS.build(entry, path)
 
 
+def check_up_net_early(net):
+    """A UP net list is checked before the data is read (a refused UP type or kwarg is one
+    line, not a wait for the datasets and then an error)."""
+    from ..tasks.up_nets import check_up_net, is_up_net
+
+    if is_up_net(net):
+        check_up_net(net)
+
+
 def build_hooks(entries, path="hooks"):
     from .hooks import HookList, parse_priority
     from .up_unmapped_hooks import refuse_unmapped_hook
@@ -114,6 +123,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     seed_everything(rank_seed)
     device = pick_device(device, rt)
     hooks = build_hooks(cfg["hooks"])  # first: a hook typo fails before any slow work
+    check_up_net_early(cfg["net"])
 
     ds = cfg["dataset"]
     up_eval = []
