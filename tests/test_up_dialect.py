@@ -151,3 +151,12 @@ def test_config_command_prints_up_form_header(tmp_path, run_up):
     res = run_up(["config", "--config", write(tmp_path, UP_FILE)])
     assert res.exit_code == 0, res.stderr
     assert res.stdout.startswith("# UP form: ") and "random_seed: 131 (UP's default)" in res.stdout
+
+
+def test_translated_config_reloads_with_its_origin(tmp_path):
+    import yaml
+
+    first = resolve_config(write(tmp_path, UP_FILE))
+    again = resolve_config(write(tmp_path, yaml.safe_dump(first), name="config.yaml"))
+    assert again["origin"] == first["origin"]  # the original file and its notes stay on record
+    assert again["dataset"] == first["dataset"] and again["runtime"]["seed"] == 131
