@@ -159,3 +159,17 @@ def test_insight_leaves_the_random_streams_as_they_were(tmp_path):
     after = torch.rand(3)
     torch.manual_seed(1)
     assert torch.equal(after, torch.rand(3))
+
+
+def test_a_thousand_class_confusion_figure_stays_small(tmp_path):
+    """ImageNet-sized label sets: the figure is capped (it once asked for 45,000 px a side)."""
+    from up_trainer.tasks.cls.insight import write_insight
+
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 1000, (3000,), generator=gen).tolist()
+    preds = torch.randint(0, 1000, (3000,), generator=gen).tolist()
+    records = [{"index": i, "label": y, "pred": p, "score": 0.5} for i, (y, p) in enumerate(zip(labels, preds))]
+    insight = write_insight(records, str(tmp_path), dataset=None)
+    image = insight.images["insight/confusion_matrix"]
+    assert image.shape[0] == 3 and max(image.shape[1:]) <= 2600, image.shape
+    assert len(_rows(tmp_path / "per_class.csv")) == 1001

@@ -35,18 +35,26 @@ def save_figure(fig, path):
     return image
 
 
+MAX_FIGURE_INCHES = 24.0  # 2400 px at 100 dpi: a 1000-class matrix stays a picture, not gigabytes
+MAX_LABELLED = 60  # above this, every k-th class is labelled so the names stay legible
+
+
 def confusion_figure(matrix, row_names, col_names, title, xlabel="predicted", ylabel="true"):
-    """Counts as a heat map, each cell annotated (matrices are small: classes of one data set)."""
+    """Counts as a heat map; cells annotated and every class labelled while the matrix is small
+    (a data set's classes), a plain heat map of bounded size for hundreds of classes."""
     from matplotlib.figure import Figure
 
     n_rows, n_cols = len(row_names), len(col_names)
-    side = max(4.0, 0.45 * max(n_rows, n_cols) + 2.0)
+    side = min(MAX_FIGURE_INCHES, max(4.0, 0.45 * max(n_rows, n_cols) + 2.0))
     fig = Figure(figsize=(side + 1.0, side), dpi=100)
     ax = fig.subplots()
     im = ax.imshow(matrix, cmap="Blues", interpolation="nearest")
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    ax.set_xticks(range(n_cols), labels=col_names, rotation=90 if n_cols > 8 else 0, fontsize="small")
-    ax.set_yticks(range(n_rows), labels=row_names, fontsize="small")
+    col_step = -(-n_cols // MAX_LABELLED)
+    row_step = -(-n_rows // MAX_LABELLED)
+    ax.set_xticks(range(0, n_cols, col_step), labels=col_names[::col_step], rotation=90 if n_cols > 8 else 0,
+                  fontsize="small")
+    ax.set_yticks(range(0, n_rows, row_step), labels=row_names[::row_step], fontsize="small")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
