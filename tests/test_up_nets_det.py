@@ -188,3 +188,36 @@ def test_unmapped_detection_types_are_refused(types, message):
     with pytest.raises(ConfigError) as err:
         check_up_net(net)
     assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("name", [RETINA, FASTER])
+def test_up_file_trains_an_epoch_with_up_named_pretrain_weights(tmp_path, name):
+    """UP's file as it is (resnet50 included), with only data paths and image size given by
+    --opts, trains an epoch on digit scenes and evaluates; its ``pretrain_model`` is a file
+    in UP's names (a UP ImageNet classifier's backbone), renamed part by part on load."""
+    import torchvision
+
+    from conftest import invoke
+    from up_trainer.tasks.det.export import export_digits_coco
+
+    data = export_digits_coco(str(tmp_path / "data"), num_images=4, num_val_images=2)
+    (train_ann, train_dir), (val_ann, val_dir) = data["train"], data["val"]
+    state = {(f"backbone.layer0.{0 if k.startswith('conv1') else 1}.{k.split('.', 1)[1]}"
+              if k.startswith(("conv1.", "bn1.")) else f"backbone.{k}"): v
+             for k, v in torchvision.models.resnet50().state_dict().items()}
+    torch.save({"model": state}, tmp_path / "resnet50-19c8e357.pth")  # the file's pretrain_model name
+    split = "dataset.{}.dataset.kwargs."
+    result = invoke(["train", "--config", os.path.join(UP_DET, name), "--work-dir", tmp_path, "--opts",
+                     split.format("train") + f"meta_file={train_ann}",
+                     split.format("train") + f"image_reader.kwargs.image_dir={train_dir}",
+                     split.format("test") + f"meta_file={val_ann}",
+                     split.format("test") + f"image_reader.kwargs.image_dir={val_dir}",
+                     split.format("test") + f"evaluator.kwargs.gt_file={val_ann}",
+                     split.format("train") + "transformer.1.kwargs.scales=[64]",
+                     split.format("test") + "transformer.0.kwargs.scales=[64]",
+                     "trainer.max_epoch=1", "dataset.dataloader.kwargs.num_workers=0"])
+    assert result.exit_code == 0, result.stderr
+    with open(tmp_path / "train.log") as f:
+        log = f.read()
+    assert "resnet50-19c8e357.pth: loaded 318/" in log  # every backbone tensor, conv1/bn1 renamed from layer0
+    assert "eval epoch 1" in log
