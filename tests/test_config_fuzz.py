@@ -76,13 +76,22 @@ def check(tmp_path, text):
         assert ": " in str(exc), str(exc)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(cfg=mutated())
 def test_mutated_configs(tmp_path_factory, cfg):
     check(tmp_path_factory.mktemp("f"), yaml.safe_dump(cfg))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_blank_key_is_quoted_in_the_error_line(tmp_path):
+    cfg = copy.deepcopy(BASE)
+    cfg[" "] = 1
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = invoke(["config", "--config", path])
+    assert res.exit_code == 2 and res.stderr.startswith("up: error: ' ': unknown section"), res.stderr
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(text=st.text(alphabet=st.sampled_from(list("ab:{}[]-,&*!|>'\"#%@ \n\t0x.")), max_size=60))
 def test_random_yaml_text(tmp_path_factory, text):
     check(tmp_path_factory.mktemp("t"), text)

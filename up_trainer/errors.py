@@ -14,6 +14,13 @@ class UserError(Exception):
     exit_code = 2
 
 
+def shown_path(path):
+    """A key path as the error line shows it: quoted when blank-edged or unprintable (a key
+    ``' '`` would otherwise read as no path at all)."""
+    text = str(path)
+    return repr(text) if text != text.strip() or not text.isprintable() else text
+
+
 class ConfigError(UserError):
     """A bad configuration value. ``path`` is the YAML key path, e.g. ``hooks[2].kwargs.max_norm``."""
 
@@ -21,7 +28,7 @@ class ConfigError(UserError):
         self.path = path
         self.message = message
         self.hint = hint
-        text = f"{path}: {message}" if path else message
+        text = f"{shown_path(path)}: {message}" if path else message
         if hint:
             text += f" ({hint})"
         super().__init__(text)
