@@ -245,14 +245,17 @@ def test_slow_server_does_not_slow_training(slow_server):
         torch.set_num_threads(threads)
     # Adjacent runs share the box's load; the median of the paired ratios ignores load spikes.
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    print(f"slow server: time inside writer calls {max(inside):.4f} of the loop at most; median paired "
+    print(f"slow server: time inside writer calls {med(inside):.4f} of the loop (median), {max(inside):.4f} "
+          f"at most; median paired "
           f"ratio wall {med(wall):.3f}, process CPU {med(cpu):.3f}; "
           f"wall ratios {[round(r, 3) for r in wall]}")
     # What the writer adds to the training thread is the time spent inside its calls: under
     # 5 % of the loop (blocking on the 0.3 s server even once would be 30 % or more), however
-    # loaded the machine is. Whole-loop wall and CPU ratios are printed, not asserted: other
-    # processes' load moves them by 5-20 % with no writer at all.
-    assert max(inside) < 0.05, inside
+    # loaded the machine is. Every run posts to the slow server once, so a writer that blocked
+    # would show in every run: the median is asserted, which a single load spike (one run at
+    # 0.078 was seen on a machine at load 15) cannot move. Whole-loop wall and CPU ratios are
+    # printed, not asserted: other processes' load moves them by 5-20 % with no writer at all.
+    assert med(inside) < 0.05, inside
 
 
 # -- through the logger in a real (tiny) training run --------------------------------------------------
