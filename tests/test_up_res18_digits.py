@@ -50,6 +50,7 @@ def export_digits_up_cls(root):
 
 @pytest.mark.skipif(os.environ.get("UP_TRAINER_SLOW_TESTS") != "1",
                     reason="about 15 minutes on 2 cores: set UP_TRAINER_SLOW_TESTS=1")
+@pytest.mark.timeout(3600)  # past the suite's per-test limit: this one is opt-in and long by nature
 def test_up_res18_yaml_learns_the_digits(tmp_path, monkeypatch):
     n_train, n_test = export_digits_up_cls(tmp_path)
     monkeypatch.chdir(tmp_path)  # res18.yaml names images/... relative to where it runs
