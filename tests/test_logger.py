@@ -367,3 +367,22 @@ def test_resume_continues_csv_and_events_without_duplicates(real_run):
     events = read_events(os.path.join(real_run.resumed, "tb"))  # two event files: the old one purged
     assert [s for s, _ in events["train/loss"]] == [2, 4, 6, 8]
     assert [s for s, _ in events["metrics/top1"]] == [1, 2]
+
+
+def test_trimming_stops_at_a_garbage_frame_length(tmp_path):
+    """An event file whose last frame header is garbage (a kill mid-header, a foreign file) is
+    trimmed up to the last whole frame, without reading the length the header claims."""
+    import struct
+
+    from up_trainer.writers.tensorboard import TensorboardWriter, trim_event_files
+
+    logdir = str(tmp_path / "tb")
+    w = TensorboardWriter(logdir)
+    for step in (1, 2, 3):
+        w.add_scalar("train/loss", float(step), step)
+    w.close()
+    (name,) = [n for n in os.listdir(logdir) if n.startswith("events")]
+    with open(os.path.join(logdir, name), "ab") as f:
+        f.write(struct.pack("<Q", 2 ** 62) + b"\0" * 4 + b"junk")  # claims 4 EiB of payload
+    trim_event_files(logdir, 2, 0)
+    assert read_events(logdir)["train/loss"] == [(1, 1.0), (2, 2.0)]

@@ -42,13 +42,18 @@ class TensorboardWriter:
 
 def _records(path):
     """Raw TFRecord frames (length, crc, data, crc) and their event payloads; stops at a
-    frame cut short by a kill."""
+    frame cut short by a kill, or whose length field is garbage (a header half written when
+    the writer was killed, or a foreign file): a length past the end of the file is never
+    read, so a corrupt header cannot ask for gigabytes."""
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         while True:
             header = f.read(12)
             if len(header) < 12:
                 return
             (length,) = struct.unpack("<Q", header[:8])
+            if length + 4 > size - f.tell():
+                return
             rest = f.read(length + 4)
             if len(rest) < length + 4:
                 return
