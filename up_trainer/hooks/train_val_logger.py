@@ -6,7 +6,6 @@ window timings include the GPU work queued since the previous line.
 """
 import atexit
 import logging
-import math
 import os
 import sys
 import time
@@ -15,45 +14,13 @@ from typing import Optional
 from ..errors import ConfigError
 from ..registry import HOOKS, WRITERS, check_kwargs
 from .base import Hook
+from .log_measures import (PHASES, PhaseTimer, as_number, fmt_seconds, hms, is_number, isatty, loss_values,
+                           max_memory_mb)
 
 log = logging.getLogger("up")
 
-PHASES = ("data", "forward", "backward", "batch")
 PROGRAM_WRITER_KWARGS = ("logdir", "start_iter", "start_epoch")  # supplied by the logger, not by the user
 BAR_EVERY_S = 0.2  # progress bar redraw interval
-
-
-class _Timer:
-    """Sums of the phase times over the current window and since training (re)started."""
-
-    def __init__(self):
-        self.win = [0.0] * len(PHASES)
-        self.total = [0.0] * len(PHASES)
-        self.win_n = self.total_n = 0
-        self.raw_batch = 0.0  # every iteration, skipped ones too: an ETA before any is counted
-        self.raw_n = 0
-
-    def add(self, times):
-        for i, t in enumerate(times):
-            self.win[i] += t
-            self.total[i] += t
-        self.win_n += 1
-        self.total_n += 1
-
-    def averages(self):
-        win = [s / self.win_n if self.win_n else None for s in self.win]
-        tot = [s / self.total_n if self.total_n else None for s in self.total]
-        return win, tot
-
-    def reset_window(self):
-        self.win = [0.0] * len(PHASES)
-        self.win_n = 0
-
-    def per_iter(self):
-        if self.total_n:
-            return self.total[-1] / self.total_n
-        return self.raw_batch / self.raw_n if self.raw_n else None
-
 
 
 @HOOKS.register("train_val_logger")
@@ -110,11 +77,11 @@ class TrainValLogger(Hook):
         self._freq = trainer.display or self.freq
         self._total = trainer.total_iters
         self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
-        self._timer, self._seen = _Timer(), 0
+        self._timer, self._seen = PhaseTimer(), 0
         self._losses = {}  # under DDP: the loss terms averaged over ranks at the last log line
         self._t_prev = self._t_data = self._t_fwd = self._t_fwd_end = self._t_bwd_end = None
         self._stream = sys.stdout
-        self._tty = self._main and self.progress_bar and _isatty(self._stream)
+        self._tty = self._main and self.progress_bar and isatty(self._stream)
         self._bar_t, self._bar_shown = 0.0, False
         if self._tty:
             self._attach_bar_clearing()
@@ -237,7 +204,7 @@ class TrainValLogger(Hook):
         st = trainer.state
         losses = self._losses if trainer.dist.enabled else loss_values(trainer.outputs)
         lr = trainer.optim.lr() if trainer.optim is not None else None
-        grad_norm = _number(trainer.scalars.get("grad_norm"))
+        grad_norm = as_number(trainer.scalars.get("grad_norm"))
         mem = max_memory_mb(trainer.device)
         win, tot = self._timer.averages()
         eta = self._eta(iteration)
@@ -247,8 +214,8 @@ class TrainValLogger(Hook):
             parts.append(f"lr {lr:.4g}")
         if mem is not None:
             parts.append(f"mem {mem:.0f}MB")
-        parts.append(f"eta {_hms(eta)}")
-        times = " ".join(f"{name} {_fmt(w)} ({_fmt(t)})" for name, w, t in zip(PHASES, win, tot))
+        parts.append(f"eta {hms(eta)}")
+        times = " ".join(f"{name} {fmt_seconds(w)} ({fmt_seconds(t)})" for name, w, t in zip(PHASES, win, tot))
         line = " ".join(parts) + " | time " + times
         if losses:
             line += " | " + " ".join(f"{k} {v:.4f}" for k, v in losses.items())
@@ -277,7 +244,7 @@ class TrainValLogger(Hook):
 
     def after_eval(self, trainer, metrics):
         st = trainer.state
-        scalars = {k: float(v) for k, v in metrics.items() if _is_number(v)}
+        scalars = {k: float(v) for k, v in metrics.items() if is_number(v)}
         txt = " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
         log.info("eval epoch %d (iter %d): %s", st.epoch, st.iter, txt or "no metrics")
         if not (self._started and self._main):  # `up train -e`: the line only, no rows
@@ -299,7 +266,7 @@ class TrainValLogger(Hook):
         width = 30
         filled = int(frac * width)
         text = (f"\r|{'#' * filled}{'.' * (width - filled)}| {100 * frac:5.1f}% epoch {st.epoch} "
-                f"[{st.epoch_iter}/{st.epoch_len}] eta {_hms(self._eta(st.iter))}\033[K")
+                f"[{st.epoch_iter}/{st.epoch_len}] eta {hms(self._eta(st.iter))}\033[K")
         self._stream.write(text)
         self._stream.flush()
         self._bar_t, self._bar_shown = now, True
@@ -325,79 +292,3 @@ class TrainValLogger(Hook):
             self._stream.write("\r\033[K")
             self._stream.flush()
             self._bar_shown = False
-
-
-# -- helpers ------------------------------------------------------------------------------------
-def loss_values(outputs):
-    """Each ``*loss*`` output as a float and their sum (``loss``, or ``total_loss`` when the
-    model already returns a key named ``loss`` beside others). Calls .item(): log lines only."""
-    losses = {}
-    for k, v in (outputs or {}).items():
-        if "loss" in k:
-            value = _number(v)
-            if value is not None:
-                losses[k] = value
-    if len(losses) > 1 or (losses and "loss" not in losses):
-        losses["total_loss" if "loss" in losses else "loss"] = sum(losses.values())
-    return losses
-
-
-def _number(v):
-    if v is None or isinstance(v, bool):
-        return None
-    if hasattr(v, "detach"):  # a tensor: one element only
-        if v.numel() != 1:
-            return None
-        return float(v.detach().float().item())
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def max_memory_mb(device):
-    """Peak CUDA memory allocated on ``device``; on CPU the process's peak RSS."""
-    if getattr(device, "type", "cpu") == "cuda":
-        import torch
-
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 2 ** 20 if sys.platform == "darwin" else peak / 2 ** 10  # bytes on macOS, KiB on Linux
-    except (ImportError, OSError):
-        return _proc_rss_mb()
-
-
-def _proc_rss_mb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(("VmHWM:", "VmRSS:")):
-                    return int(line.split()[1]) / 2 ** 10
-    except OSError:
-        pass
-    return None
-
-
-def _isatty(stream):
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _fmt(seconds):
-    return "-" if seconds is None else f"{seconds:.3f}"
-
-
-def _hms(seconds):
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
