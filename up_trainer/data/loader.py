@@ -107,6 +107,11 @@ def collate_fn_of(dataset):
     return getattr(dataset, "collate_fn", None) or default_collate
 
 
+def _accelerator_available():
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
 class LoaderFactory:
     """Builds the per-epoch training loader and the evaluation loader for one dataset pair.
 
@@ -141,7 +146,9 @@ class LoaderFactory:
 
     def _common(self):
         nw = self.cfg["num_workers"]
-        kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"],
+        # Pinned memory needs an accelerator; without one torch warns on every loader (UP files
+        # carry pin_memory: true, and run on CPU here too), and pinning would change nothing.
+        kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"] and _accelerator_available(),
                       persistent_workers=self.cfg.get("persistent_workers", False),
                       worker_init_fn=ignore_stop_signals if nw else None)
         if self.cfg.get("prefetch_factor") is not None:
