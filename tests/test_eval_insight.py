@@ -173,3 +173,25 @@ def test_a_thousand_class_confusion_figure_stays_small(tmp_path):
     image = insight.images["insight/confusion_matrix"]
     assert image.shape[0] == 3 and max(image.shape[1:]) <= 2600, image.shape
     assert len(_rows(tmp_path / "per_class.csv")) == 1001
+
+
+def test_writers_started_in_the_same_second_keep_their_own_files(tmp_path, monkeypatch):
+    """tensorboardX names event files by the second and opens them 'wb': the logger's and the
+    insight hook's writers, started in one second (a short run), once shared a file and lost
+    each other's records, depending on the clock."""
+    import types
+
+    import tensorboardX.event_file_writer as efw
+    from click.testing import CliRunner
+
+    from up_trainer.cli import main
+
+    monkeypatch.setattr(efw, "time", types.SimpleNamespace(time=lambda: 1700000000.0))  # one second for all
+    res = CliRunner().invoke(main, ["train", "--config", f"{REPO}/configs/cls/digits_resnet18.yaml",
+                                    "--work-dir", str(tmp_path), "--opts", "trainer.max_epoch=1",
+                                    "dataset.train.kwargs.subset=64", "dataset.test.kwargs.subset=32",
+                                    "trainer.lr_scheduler.kwargs.T_max=1"])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    acc = _tb_tags(tmp_path / "log")
+    assert {"insight/confusion_matrix", "insight/confidently_wrong"} <= set(acc.Tags()["images"])
+    assert {"metrics/val_loss", "metrics/top1", "insight/recall/0"} <= set(acc.Tags()["scalars"])

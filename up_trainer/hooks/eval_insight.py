@@ -71,7 +71,11 @@ class EvalInsight(Hook):
             if self._writer is None:
                 from tensorboardX import SummaryWriter  # lazy: heavy, and only rank 0 writes
 
-                self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir))
+                # Its own file name: tensorboardX names files by the second and opens them 'wb', so
+                # two writers started in one second (the logger's, this one) would share one file
+                # and overwrite each other's records.
+                self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir),
+                                             filename_suffix=".insight")
         except ImportError as exc:
             log.warning("eval_insight: no TensorBoard output (%s)", exc)
             self.tensorboard = False

@@ -61,7 +61,9 @@ class Visualize(Hook):
         if self._writer is None:
             from tensorboardX import SummaryWriter  # lazy: heavy, and only rank 0 writes
 
-            self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir))
+            # its own file (see eval_insight: same-second writers would share one 'wb' file)
+            self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir),
+                                         filename_suffix=".visualize")
         return self._writer
 
     @torch.no_grad()
