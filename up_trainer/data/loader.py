@@ -92,15 +92,43 @@ def ignore_stop_signals(worker_id):
 _PERSISTENT = weakref.WeakSet()  # loaders whose workers outlive their iterations
 
 
+_WORKERS = weakref.WeakSet()  # every worker process our loaders started
+
+
+class WorkerTrackingLoader(DataLoader):
+    """A DataLoader that records the worker processes of each iterator it starts, so that the
+    exit handler below can find them (multiprocessing drops a process's target once started)."""
+
+    def _get_iterator(self):
+        iterator = super()._get_iterator()
+        _WORKERS.update(getattr(iterator, "_workers", ()))
+        return iterator
+
+
 @atexit.register
-def _end_persistent_workers():
-    """Shut persistent workers down before multiprocessing's own exit handler (registered
-    earlier, so it runs later) terminates them with SIGTERM, which they ignore
-    (:func:`ignore_stop_signals`) and would then be waited for forever."""
+def _end_loader_workers():
+    """End every DataLoader worker before multiprocessing's own exit handler (registered
+    earlier, so it runs later) does. That handler terminates daemon children with SIGTERM,
+    which our workers ignore (:func:`ignore_stop_signals`), and then joins them without a
+    timeout: any worker still alive at exit would hang the interpreter forever. Workers are
+    alive at exit when their loader is persistent, or when a run ended (an interrupt, an
+    error) while an iterator was still referenced from a traceback.
+
+    Persistent loaders are shut down the polite way first; whatever remains is killed, which
+    is safe: a worker holds nothing but batches nobody will read.
+    """
     for loader in list(_PERSISTENT):
         iterator = getattr(loader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
+    alive = [process for process in list(_WORKERS) if process.is_alive()]
+    if alive and hasattr(signal, "SIGCHLD"):
+        # torch's SIGCHLD handler would raise "DataLoader worker is killed" at the first one
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for process in alive:
+        process.kill()
+    for process in alive:
+        process.join(timeout=5)
 
 
 def collate_fn_of(dataset):
@@ -200,11 +228,11 @@ class LoaderFactory:
         if self._aspect_ratios is not None:
             tagged = EpochTagged(AspectRatioBatchSampler(sampler, self._aspect_ratios, self.cfg["aspect_ratio_groups"],
                                                          bs, self.cfg["drop_last"]))
-            loader = DataLoader(self._seeded, batch_sampler=tagged, collate_fn=collate, generator=gen,
+            loader = WorkerTrackingLoader(self._seeded, batch_sampler=tagged, collate_fn=collate, generator=gen,
                                 **self._common())
         else:
             tagged = EpochTagged(sampler)
-            loader = DataLoader(self._seeded, batch_size=bs, sampler=tagged, drop_last=self.cfg["drop_last"],
+            loader = WorkerTrackingLoader(self._seeded, batch_size=bs, sampler=tagged, drop_last=self.cfg["drop_last"],
                                 collate_fn=collate, generator=gen, **self._common())
         return loader, sampler, tagged
 
@@ -214,7 +242,7 @@ class LoaderFactory:
         sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
                                    world_size=self.world_size, pad=False)
         bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
-        loader = DataLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
+        loader = WorkerTrackingLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
                             generator=torch.Generator().manual_seed(self.seed), **self._common())
         self._test = self._keep(loader)
         return loader
