@@ -147,8 +147,6 @@ def test_gradient_collector_errors(tmp_path, kwargs, match):
 def test_up_hooks_we_do_not_provide_are_refused_in_one_line():
     from up_trainer.engine.builder import build_hooks
 
-    with pytest.raises(ConfigError, match=r"hooks\[0\]\.type: yolox_noaug is UP's YOLOX's switch.*YOLOX heads"):
-        build_hooks([{"type": "yolox_noaug", "kwargs": {"no_aug_epoch": 15}}])
     with pytest.raises(ConfigError, match=r"feature_vis is UP's feature-map visualisation.*use grad_cam"):
         build_hooks([{"type": "feature_vis"}])
 

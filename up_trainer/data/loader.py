@@ -156,6 +156,8 @@ class LoaderFactory:
         self.world_size = world_size
         self._seeded = SeededDataset(train_set, seed) if train_set is not None else None
         self.on_train_loader = None  # called with the epoch before its loader is built (reload hook)
+        # The config entry the training set is (re)built from; yolox_noaug swaps its pipeline.
+        self.train_entry = ds_cfg.get("train")
         self.batch_fn = build_batch_fn(ds_cfg.get("batch_fn")) if train_set is not None else None
         self._aspect_ratios = None
         if train_set is not None and ds_cfg.get("aspect_ratio_groups"):

@@ -4,9 +4,6 @@ from ..errors import ConfigError
 
 # type -> (what it is in UP, what to use here)
 UP_UNMAPPED_HOOKS = {
-    "yolox_noaug": ("YOLOX's switch to training without mosaic/mixup (and with the L1 loss) for the last "
-                    "epochs", "YOLOX heads are not mapped (README, Coming from UP); for other nets, resume a second "
-                    "run with the plain transforms"),
     "feature_vis": ("feature-map visualisation of a named layer", "use grad_cam (heatmaps of a layer) or visualize"),
     "memory_analysis": ("GPU memory statistics every freq iterations to TensorBoard",
                         "train_val_logger logs max memory on every line and to its summary writer"),

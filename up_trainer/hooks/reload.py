@@ -63,12 +63,15 @@ class Reload(Hook):
     def before_train(self, trainer):
         st = trainer.state
         self.prepare(trainer, st.epoch + 1 if st.epoch_done else st.epoch, rebuild=False)
-        trainer.loaders.on_train_loader = lambda epoch: self._on_train_loader(trainer, epoch)
+        chained = trainer.loaders.on_train_loader  # another hook's (yolox_noaug's swap runs first)
+        trainer.loaders.on_train_loader = lambda epoch: self._on_train_loader(trainer, epoch, chained)
 
     def after_train(self, trainer):
         trainer.loaders.on_train_loader = None
 
-    def _on_train_loader(self, trainer, epoch):
+    def _on_train_loader(self, trainer, epoch, chained=None):
+        if chained is not None:
+            chained(epoch)
         if epoch != self._prepared:
             self.prepare(trainer, epoch, rebuild=(epoch - 1) % self.group == 0)
 
@@ -81,7 +84,7 @@ class Reload(Hook):
             loaders.set_train_set(None)  # drop the old samples before reading the new ones
             dataset = None
             gc.collect()
-            dataset = build_dataset(trainer.cfg["dataset"]["train"], "dataset.train")
+            dataset = build_dataset(loaders.train_entry, "dataset.train")
             self.reloads += 1
         indices = None
         if self.mini_epoch > 1:
