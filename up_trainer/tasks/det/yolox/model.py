@@ -1,0 +1,109 @@
+"""YoloxModel: CSPDarknet + YoloxPAFPN + YoloXHead, SimOTA losses, decode and NMS, with the
+forward contract of the project's other detectors (:class:`..models.DetectionModel`)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ....errors import ConfigError
+from ....weights import load_fitting, load_weights
+from .assigner import SimOTAAssigner
+from .backbone import CSPDarknet
+from .head import YoloXHead
+from .layers import check_act
+from .losses import YoloxCriterion
+from .neck import YoloxPAFPN
+from .postprocess import YoloxPostprocess, flatten_outputs
+
+# size -> (depth multiplier, width multiplier, depthwise convolutions), as published
+SIZES = {"nano": (0.33, 0.25, True), "tiny": (0.33, 0.375, False), "s": (0.33, 0.50, False),
+         "m": (0.67, 0.75, False), "l": (1.0, 1.0, False), "x": (1.33, 1.25, False)}
+SIZE_DIVISOR = 32  # the coarsest stride: the padded input divides evenly into every level
+
+
+class YoloxModel(nn.Module):
+    """YOLOX taking and returning dicts.
+
+    forward(batch): ``batch["image"]`` a list of float CxHxW in [0, 1] (or an NxCxHxW tensor,
+    or the bare tensor), padded here bottom/right with 0 to a multiple of 32 and multiplied by
+    ``pixel_scale`` (YOLOX sees 0-255 pixels). Training: ``{loss_cls, loss_obj, loss_iou}``
+    plus ``loss_l1`` while ``use_l1`` is on (the last no-augmentation epochs). Eval:
+    ``{"detections": [{boxes xyxy in the input image's pixels, scores, labels 1..C}, ...]}``
+    and, when the batch has targets, the same losses (the validation loss).
+    """
+
+    kind = "yolox"
+
+    def __init__(self, backbone, neck, roi_head, criterion, postprocess, strides=(8, 16, 32),
+                 pixel_scale=255.0, use_l1=False):
+        super().__init__()
+        self.backbone, self.neck, self.roi_head = backbone, neck, roi_head
+        self.num_classes = roi_head.num_classes
+        self.strides = list(strides)
+        self.criterion, self.postprocess = criterion, postprocess
+        self.pixel_scale, self.use_l1 = float(pixel_scale), bool(use_l1)
+
+    def batch_images(self, images):
+        """(N x C x H' x W' padded batch, [(h, w)] of each image before padding)."""
+        if isinstance(images, torch.Tensor) and images.dim() == 3:
+            images = [images]
+        sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
+        ph = -(-max(h for h, _ in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
+        pw = -(-max(w for _, w in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
+        if isinstance(images, torch.Tensor):
+            x = F.pad(images, (0, pw - images.shape[-1], 0, ph - images.shape[-2]))
+        else:
+            x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
+            for i, im in enumerate(images):
+                x[i, :, : im.shape[-2], : im.shape[-1]] = im
+        return x * self.pixel_scale, sizes
+
+    def forward(self, batch):
+        if isinstance(batch, torch.Tensor):  # a bare NxCxHxW tensor (flops counting, tracing)
+            batch = {"image": batch}
+        x, sizes = self.batch_images(batch["image"])
+        outputs = flatten_outputs(self.roi_head(self.neck(self.backbone(x))), self.strides)
+        targets = batch.get("target")
+        if self.training:
+            if targets is None:
+                raise ValueError("YoloxModel in training mode needs batch['target']")
+            return self.criterion(outputs, targets, self.use_l1, sizes)
+        result = {"detections": self.postprocess(outputs, sizes)}
+        if targets is not None:
+            result.update(self.criterion(outputs, targets, self.use_l1, sizes))
+        return result
+
+    def load_pretrained(self, path):
+        """Load what fits from a local file (``module.`` prefixes dropped); report the rest."""
+        state = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in load_weights(path).items()}
+        return load_fitting(self, state, f"pretrained {path}")
+
+
+def build_yolox(num_classes, size="s", depth=None, width=None, depthwise=None, act="silu",
+                iou_loss="square_iou", iou_weight=5.0, use_l1=False, center_radius=2.5, candidate_k=10,
+                score_thresh=0.01, nms_thresh=0.65, pre_nms_top_n=1000, detections_per_img=100,
+                pixel_scale=255.0, prior_prob=0.01, neck_shortcut=False, pretrained=None):
+    """A YoloxModel of a published ``size``; ``depth``/``width``/``depthwise`` override it."""
+    if size not in SIZES:
+        raise ConfigError("size", f"{size!r} is not one of {', '.join(SIZES)}")
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise ConfigError("num_classes", f"must be an integer >= 1 (foreground classes), got {num_classes!r}")
+    d, w, dw = SIZES[size]
+    depth, width = d if depth is None else depth, w if width is None else width
+    depthwise = dw if depthwise is None else depthwise
+    for name, value in (("depth", depth), ("width", width)):
+        if not value > 0:
+            raise ConfigError(name, f"must be > 0, got {value}")
+    if int(width * 64) < 2:
+        raise ConfigError("width", f"{width} leaves {int(width * 64)} stem channels (needs >= 2)")
+    act = check_act(act)
+    backbone = CSPDarknet(depth, width, depthwise=depthwise, act=act)
+    neck = YoloxPAFPN(backbone.out_channels, depth, depthwise=depthwise, act=act, shortcut=neck_shortcut)
+    head = YoloXHead(num_classes, neck.out_channels, int(256 * width), depthwise=depthwise, act=act,
+                     prior_prob=prior_prob)
+    criterion = YoloxCriterion(num_classes, iou_loss, iou_weight,
+                               SimOTAAssigner(center_radius=center_radius, candidate_k=candidate_k))
+    post = YoloxPostprocess(score_thresh, nms_thresh, pre_nms_top_n, detections_per_img)
+    model = YoloxModel(backbone, neck, head, criterion, post, backbone.out_strides, pixel_scale, use_l1)
+    if pretrained:
+        model.load_pretrained(pretrained)
+    return model
