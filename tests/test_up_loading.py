@@ -126,5 +126,5 @@ def test_special_bn_init():
 
 
 def test_unmapped_up_transform_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"t\[0\].type: mosaic is UP's YOLOX mosaic .* not map .*instead"):
-        build_transforms([{"type": "mosaic"}], "t")
+    with pytest.raises(ConfigError, match=r"t\[0\].type: mosaicv2 is UP's YOLOX mosaic v2.* not map .*instead"):
+        build_transforms([{"type": "mosaicv2"}], "t")

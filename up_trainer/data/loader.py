@@ -56,7 +56,22 @@ class SeededDataset(Dataset):
 
     def __getitems__(self, items):
         self.epoch = items[0][0]
-        return self._seeded(items[0][1], lambda: [self.dataset[i] for _, i in items])
+        return self._seeded(items[0][1], lambda: self._batch([i for _, i in items]))
+
+    def _batch(self, indices):
+        """The samples of one batch; a dataset with per-batch choices (a multi-scale size every
+        image of the batch shares) draws them first, from the freshly seeded generator."""
+        inner = self.dataset
+        while isinstance(inner, Subset):
+            inner = inner.dataset
+        begin, end = getattr(inner, "begin_batch", None), getattr(inner, "end_batch", None)
+        if begin is None:
+            return [self.dataset[i] for i in indices]
+        begin()
+        try:
+            return [self.dataset[i] for i in indices]
+        finally:
+            end()
 
 
 class EpochTagged(Sampler):

@@ -109,19 +109,13 @@ class RandomErasingUP(v2.RandomErasing):
 UNMAPPED_UP_TRANSFORMS = {
     "torch_cutmix_mixup": ("UP's per-sample CutMix/MixUp (draws extra images from the dataset)",
                            "the training batch_fn batch_cutmixup (dataset.train.dataloader.kwargs.batch_fn)"),
-    "mosaic": ("UP's YOLOX mosaic (4 images per sample)", "no mosaic; the YOLOX recipes are not mapped"),
-    "mosaicv2": ("UP's YOLOX mosaic v2", "no mosaic; the YOLOX recipes are not mapped"),
-    "yolox_mixup_cv2": ("UP's YOLOX detection mixup", "no detection mixup; the YOLOX recipes are not mapped"),
-    "augment_hsv": ("UP's YOLO HSV jitter on OpenCV images", "ColorJitter (torchvision v2)"),
-    "random_perspective": ("UP's YOLO random affine", "RandomAffine (torchvision v2)"),
-    "random_perspective_yolox": ("UP's YOLOX random affine", "RandomAffine (torchvision v2)"),
+    "mosaicv2": ("UP's YOLOX mosaic v2", "mosaic (UP's YOLOX mosaic)"),
+    "random_perspective": ("UP's YOLOv5 random affine", "random_perspective_yolox (UP's YOLOX affine)"),
     "color_jitter": ("UP's detection colour jitter on OpenCV images", "ColorJitter (torchvision v2)"),
     "crop": ("UP's random crop with box filtering", "RandomIoUCrop (torchvision v2)"),
     "stitch_expand": ("UP's stitch/expand zoom-out", "RandomZoomOut (torchvision v2)"),
     "range_crop": ("UP's scale-range crop", "RandomIoUCrop (torchvision v2)"),
     "fix_output_resize": ("UP's resize to a fixed output with padding", "keep_ar_resize plus pad_to_stride"),
-    "custom_to_tensor": ("UP's to_tensor variant for OpenCV images (optionally /255)",
-                         "to_tensor (images are float tensors in [0, 1] here)"),
     "normalize_inverse": ("UP's undo of normalize for visualisation", "nothing in a training pipeline"),
 }
 

@@ -21,7 +21,7 @@ from ...data.readers import FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
 from ..transforms import build_transforms
-from . import transforms as _det_transforms  # noqa: F401  (registers keep_ar_resize_max, flip, pad_to_stride)
+from .transforms import PER_BOX_KEYS  # also registers keep_ar_resize_max, flip, pad_to_stride
 
 log = logging.getLogger("up")
 BAD_RECORD_CHOICES = ("error", "skip")
@@ -54,7 +54,7 @@ class DetDataset(Dataset):
     def __init__(self, transforms, on_bad_record, classes, cat_ids=None):
         if on_bad_record not in BAD_RECORD_CHOICES:
             raise ConfigError("on_bad_record", f"{on_bad_record!r} is not one of error, skip")
-        self.transform = build_transforms(transforms, "transforms")
+        self.set_transforms(transforms)
         self.on_bad_record = on_bad_record
         self.set_classes(classes, cat_ids)
         self.records, self.skipped = [], []
@@ -91,6 +91,42 @@ class DetDataset(Dataset):
             return None
         return [max(x1, 0.0), max(y1, 0.0), min(x2, float(width)), min(y2, float(height))]
 
+    # -- transforms ------------------------------------------------------------------------
+    def set_transforms(self, transforms, path="transforms"):
+        """Build the pipeline; transforms that draw other samples (mosaic, mixup: they have a
+        ``bind`` method) get this dataset, and those holding one choice per batch (multi-scale
+        resize: ``begin_batch``/``end_batch``) are remembered for :meth:`begin_batch`."""
+        self.transform = build_transforms(transforms, path)
+        ops = list(pipeline_ops(self.transform))
+        for op in ops:
+            if hasattr(op, "bind"):
+                op.bind(self)
+        self._per_batch = [op for op in ops if hasattr(op, "begin_batch")]
+
+    def begin_batch(self):
+        """The seeded loader calls this before the samples of one batch are drawn (after
+        seeding): per-batch choices are drawn here, from torch's generator, so they are a
+        function of the batch's seed like every other augmentation."""
+        for op in self._per_batch:
+            op.begin_batch()
+
+    def end_batch(self):
+        for op in self._per_batch:
+            op.end_batch()
+
+    def load_for_mix(self, index):
+        """Another record's image and untransformed target in pipeline form (what a transform
+        receives at the head of the pipeline): mosaic and mixup draw these."""
+        record = self.records[index]
+        image, target = self.load(record)
+        self._check_size(image, record)
+        return to_pipeline(image, target)
+
+    def _check_size(self, image, record):
+        if tuple(image.shape[-2:]) != (record["height"], record["width"]):
+            raise DataError(f"{record['source']}: image is {tuple(image.shape[-2:])} (h, w) but the "
+                            f"annotation says ({record['height']}, {record['width']})")
+
     # -- samples ---------------------------------------------------------------------------
     def __len__(self):
         return len(self.records)
@@ -113,33 +149,59 @@ class DetDataset(Dataset):
     def __getitem__(self, index):
         record = self.records[index]
         image, target = self.load(record)
-        if tuple(image.shape[-2:]) != (record["height"], record["width"]):
-            raise DataError(f"{record['source']}: image is {tuple(image.shape[-2:])} (h, w) but the "
-                            f"annotation says ({record['height']}, {record['width']})")
+        self._check_size(image, record)
         if self.transform is not None:
             image, target = apply_transform(self.transform, image, target)
         return {"image": image, "target": target, "index": index}
 
 
-def apply_transform(transform, image, target):
-    """Run a v2 pipeline on image + boxes (ignore regions move with the boxes)."""
+def pipeline_ops(transform):
+    """Every transform object in a pipeline, containers (Compose, RandomApply...) walked."""
+    if transform is None:
+        return
+    yield transform
+    for child in getattr(transform, "transforms", None) or ():
+        yield from pipeline_ops(child)
+
+
+def to_pipeline(image, target):
+    """(float CxHxW, target) -> (tv_tensors.Image, target with one BoundingBoxes for boxes and
+    ignore regions, ``labels`` 0 for the ignore regions)."""
     from torchvision import tv_tensors
 
     h, w = image.shape[-2:]
-    n = len(target["boxes"])
-    both = torch.cat([target["boxes"], target["ignore_boxes"]])
+    ignore = target["ignore_boxes"]
     target = dict(target)
-    target["boxes"] = tv_tensors.BoundingBoxes(both, format="XYXY", canvas_size=(h, w))
+    target["boxes"] = tv_tensors.BoundingBoxes(torch.cat([target["boxes"], ignore]), format="XYXY", canvas_size=(h, w))
+    target["labels"] = torch.cat([target["labels"], torch.zeros(len(ignore), dtype=target["labels"].dtype)])
+    if "area" in target:
+        ignore_area = (ignore[:, 2] - ignore[:, 0]) * (ignore[:, 3] - ignore[:, 1])
+        target["area"] = torch.cat([target["area"], ignore_area.to(target["area"].dtype)])
     target.pop("ignore_boxes")
-    image, target = transform(tv_tensors.Image(image), target)
+    return tv_tensors.Image(image), target
+
+
+def from_pipeline(image, target):
+    """The inverse of :func:`to_pipeline` once the transforms ran."""
     boxes = target["boxes"]
     if "img_size" not in target or target.get("_resized") is None:
         # A plain torchvision resize updates only the boxes' canvas; our resize sets _resized.
         target["img_size"] = torch.tensor(list(boxes.canvas_size), dtype=torch.int64)
-    target.pop("_resized", None)
+    for key in ("_resized", "_mosaic"):
+        target.pop(key, None)
     boxes = boxes.as_subclass(torch.Tensor)
-    target["boxes"], target["ignore_boxes"] = boxes[:n].contiguous(), boxes[n:].contiguous()
+    real = target["labels"] > 0
+    target["boxes"], target["ignore_boxes"] = boxes[real].contiguous(), boxes[~real].contiguous()
+    for key in PER_BOX_KEYS:
+        if key in target and len(target[key]) == len(real):
+            target[key] = target[key][real]
     return image.as_subclass(torch.Tensor), target
+
+
+def apply_transform(transform, image, target):
+    """Run a v2 pipeline on image + boxes (ignore regions move with the boxes)."""
+    image, target = to_pipeline(image, target)
+    return from_pipeline(*transform(image, target))
 
 
 # -- coco ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ takes and returns ``(image, target)``; random choices come from torch's global R
 loader seeds per sample.
 """
 import math
+from typing import Optional
 
 import torch
 from torchvision.transforms import v2
@@ -25,42 +26,139 @@ from ...errors import ConfigError
 from ...registry import TRANSFORMS
 
 
+# Inside a pipeline, ignore regions travel with the boxes, labelled 0 (real labels are 1..C),
+# so any transform that drops or adds boxes (SanitizeBoundingBoxes, mosaic) keeps boxes, labels
+# and areas aligned; the dataset splits them apart again when the pipeline ends.
+PER_BOX_KEYS = ("labels", "area")
+
+
 def _mark_size(target, h, w):
     if isinstance(target, dict):
         target["img_size"] = torch.tensor([h, w], dtype=torch.int64)
         target["_resized"] = True
 
 
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(name, f"expected a positive integer, got {value!r}")
+    return value
+
+
 @TRANSFORMS.register("keep_ar_resize_max")
 class KeepRatioResize:
-    """Resize keeping the aspect ratio: short side -> scale, long side <= max_size."""
+    """Resize keeping the aspect ratio, in one of three forms:
 
-    def __init__(self, scales: list = (800,), max_size: int = 1333, interpolation: str = "bilinear"):
-        scales = [scales] if isinstance(scales, int) else list(scales)
-        if not scales or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in scales):
-            raise ConfigError("scales", f"expected positive integers, got {scales!r}")
-        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
-            raise ConfigError("max_size", f"expected a positive integer, got {max_size!r}")
+    - ``scales`` given: short side -> a scale (one picked at random per sample when several),
+      long side <= ``max_size``;
+    - ``random_size: [lo, hi]`` (UP's YOLOX multi-scale): long side -> k * ``scale_step`` with
+      k drawn from lo..hi once per batch (every image of a batch gets the same size; see
+      :meth:`begin_batch`), per sample where no batch is being drawn;
+    - neither (UP's form): long side -> ``max_size``.
+
+    ``padding_type: left_top`` then pads the image to a square of that size (``padding_val`` in
+    UP's 0-255 pixel units); ``min_size`` drops boxes whose side ends at most that long (UP's
+    filter, default 1 in the random_size form)."""
+
+    PADDING_TYPES = ("left_top",)
+
+    def __init__(self, scales: Optional[list] = None, max_size: int = 1333, interpolation: str = "bilinear",
+                 random_size: Optional[list] = None, scale_step: int = 32, padding_type: Optional[str] = None,
+                 padding_val: float = 0, min_size: Optional[float] = None, separate_wh: bool = False):
+        if scales is not None:
+            scales = [scales] if isinstance(scales, int) else list(scales)
+            if not scales or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in scales):
+                raise ConfigError("scales", f"expected positive integers, got {scales!r}")
+        _positive_int(max_size, "max_size")
+        if random_size is not None:
+            if scales is not None:
+                raise ConfigError("random_size", "give scales or random_size, not both")
+            if len(random_size) != 2 or not all(isinstance(k, int) and not isinstance(k, bool) for k in random_size) \
+                    or not 1 <= random_size[0] <= random_size[1]:
+                raise ConfigError("random_size", f"expected [lo, hi] integers with 1 <= lo <= hi, got {random_size!r}")
+            random_size = [int(k) for k in random_size]
+            min_size = 1 if min_size is None else min_size
+        if padding_type is not None and padding_type not in self.PADDING_TYPES:
+            raise ConfigError("padding_type", f"{padding_type!r} is not mapped", f"use {', '.join(self.PADDING_TYPES)}")
         self.scales, self.max_size = scales, max_size
+        self.random_size, self.scale_step = random_size, _positive_int(scale_step, "scale_step")
+        self.padding_type, self.padding_val, self.min_size = padding_type, float(padding_val), min_size
+        self.separate_wh = separate_wh  # boxes always follow the exact height and width ratios
         self.interpolation = v2.InterpolationMode(interpolation)
+        self._batch_side = None
 
-    def target_size(self, h, w):
-        scale = self.scales[int(torch.randint(len(self.scales), ()))] if len(self.scales) > 1 else self.scales[0]
-        ratio = min(scale / min(h, w), self.max_size / max(h, w))
+    # A batch shares one random size: the seeded loader calls these around each batch.
+    def begin_batch(self):
+        if self.random_size is not None:
+            self._batch_side = self._draw_side()
+
+    def end_batch(self):
+        self._batch_side = None
+
+    def _draw_side(self):
+        lo, hi = self.random_size
+        return int(torch.randint(lo, hi + 1, ())) * self.scale_step
+
+    def long_side(self):
+        """The side the long edge goes to in the random_size / max_size forms."""
+        if self.random_size is None:
+            return self.max_size
+        return self._batch_side if self._batch_side is not None else self._draw_side()
+
+    def target_size(self, h, w, long_side=None):
+        if self.scales is None:
+            ratio = (long_side or self.long_side()) / max(h, w)
+        else:
+            scale = self.scales[int(torch.randint(len(self.scales), ()))] if len(self.scales) > 1 else self.scales[0]
+            ratio = min(scale / min(h, w), self.max_size / max(h, w))
         return max(1, round(h * ratio)), max(1, round(w * ratio))
 
     def __call__(self, image, target=None):
         h, w = image.shape[-2:]
-        nh, nw = self.target_size(h, w)
+        side = self.long_side() if self.scales is None else None
+        nh, nw = self.target_size(h, w, side)
         resize = v2.Resize((nh, nw), interpolation=self.interpolation, antialias=True)
         if target is None:
-            return resize(image)
-        image, target = resize(image, target)
-        _mark_size(target, nh, nw)
-        return image, target
+            image = resize(image)
+        else:
+            image, target = resize(image, target)
+            _mark_size(target, nh, nw)
+            if self.min_size is not None:
+                target = drop_small_boxes(target, self.min_size)
+        if self.padding_type is not None and side is not None and (nh, nw) != (side, side):
+            pad = v2.Pad([0, 0, side - nw, side - nh], fill=self.padding_val / 255.0)
+            return pad(image) if target is None else pad(image, target)
+        return image if target is None else (image, target)
 
     def __repr__(self):
+        if self.random_size is not None:
+            return f"KeepRatioResize(random_size={self.random_size}, scale_step={self.scale_step})"
+        if self.scales is None:
+            return f"KeepRatioResize(max_size={self.max_size})"
         return f"KeepRatioResize(scales={self.scales}, max_size={self.max_size})"
+
+
+def drop_small_boxes(target, min_size):
+    """Keep the boxes (and their per-box values) whose width and height exceed min_size."""
+    boxes = target["boxes"]
+    keep = ((boxes[:, 2] - boxes[:, 0]) > min_size) & ((boxes[:, 3] - boxes[:, 1]) > min_size)
+    return target if bool(keep.all()) else select_boxes(target, keep)
+
+
+def select_boxes(target, keep, boxes=None, canvas_size=None):
+    """A copy of target with only the boxes in ``keep`` (a bool mask), taken from ``boxes``
+    (new coordinates, default the current ones) on ``canvas_size`` (h, w; default unchanged).
+    Per-box values (labels, area) follow; ``boxes`` stays a tv_tensors.BoundingBoxes."""
+    from torchvision import tv_tensors
+
+    old = target["boxes"]
+    boxes = old.as_subclass(torch.Tensor) if boxes is None else boxes
+    target = dict(target)
+    for key in PER_BOX_KEYS:
+        if key in target and len(target[key]) == len(old):
+            target[key] = target[key][keep]
+    target["boxes"] = tv_tensors.BoundingBoxes(boxes[keep].to(torch.float32), format="XYXY",
+                                               canvas_size=tuple(canvas_size or old.canvas_size))
+    return target
 
 
 @TRANSFORMS.register("keep_ar_resize")
@@ -74,8 +172,7 @@ class KeepRatioResizeUP(KeepRatioResize):
                  interpolation: str = "bilinear"):
         if isinstance(scales, str):
             raise ConfigError("scales", "a Python expression is not evaluated here", "write the list, e.g. [800]")
-        super().__init__(scales, max_size, interpolation)
-        self.separate_wh = separate_wh
+        super().__init__(scales, max_size, interpolation, separate_wh=separate_wh)
 
     def __repr__(self):
         return f"KeepRatioResizeUP(scales={self.scales}, max_size={self.max_size})"

@@ -1,0 +1,213 @@
+"""UP's YOLOX transforms that mix in other samples of the same dataset (no OpenCV).
+
+- ``mosaic`` {extra_input, tar_size, fill_color, mosaic_prob, mosaic_self, clip_box}: this
+  image and three others, each resized to fit ``tar_size``, around a random centre of a
+  2 x tar_size canvas; boxes shifted and clipped, empty ones dropped.
+- ``yolox_mixup_cv2`` {extra_input, input_size, mixup_scale, flip_prob, fill_color,
+  clip_box}: blend (0.5 / 0.5) with another image, letterboxed into ``input_size``, scaled,
+  maybe flipped and randomly cropped to this image's size.
+
+``extra_input: true`` is UP's request for the dataset: the detection dataset binds itself to
+these transforms when it builds its pipeline (``bind``) and hands them other records, loaded
+and untransformed, through ``load_for_mix(index)``. Which records, where and how much: all drawn
+from torch's global generator, which the loader seeds per batch, so workers and resumed runs
+draw the same.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torchvision import tv_tensors
+
+from ...errors import ConfigError
+from ...registry import TRANSFORMS
+from .transforms import PER_BOX_KEYS
+from .yolox_transforms import box_candidates, check_fill, fill_of, uniform
+
+
+def _pair(value, name):
+    pair = [value, value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or \
+            any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in pair):
+        raise ConfigError(name, f"expected a positive integer or [h, w], got {value!r}")
+    return [int(v) for v in pair]
+
+
+def _resized(image, h, w):
+    """Bilinear resize (no antialiasing, as OpenCV's INTER_LINEAR) of a CxHxW tensor."""
+    if tuple(image.shape[-2:]) == (h, w):
+        return image
+    return F.interpolate(image[None], size=(h, w), mode="bilinear", align_corners=False)[0]
+
+
+def _randint(n):
+    return int(torch.randint(n, ()))
+
+
+class _DrawsSamples:
+    """What mosaic and mixup share: the dataset they draw from, bound by the dataset."""
+
+    dataset = None
+
+    def bind(self, dataset):
+        self.dataset = dataset
+
+    def _other(self):
+        if self.dataset is None:
+            raise ConfigError(type(self).name, "needs a detection dataset to draw other images from "
+                              "(it is bound when a detection dataset builds its transforms)")
+        image, target = self.dataset.load_for_mix(_randint(len(self.dataset.records)))
+        return image.as_subclass(torch.Tensor), target
+
+
+def _with_boxes(target, boxes, per_box, canvas_size):
+    target = dict(target)
+    target.update(per_box)
+    target["area"] = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    target["boxes"] = tv_tensors.BoundingBoxes(boxes.to(torch.float32), format="XYXY", canvas_size=canvas_size)
+    return target
+
+
+@TRANSFORMS.register("mosaic")
+class Mosaic(_DrawsSamples):
+    """UP's ``mosaic``: with probability ``mosaic_prob`` (else the sample passes unchanged and a
+    following random_perspective_yolox leaves it alone, as in UP), four images (this one, then
+    three drawn at random; ``mosaic_self``: this one four times) each resized to fit
+    ``tar_size`` (h, w) keeping their ratio, placed top-left, top-right, bottom-left and
+    bottom-right of a centre drawn in the middle half of a 2*h x 2*w canvas of ``fill_color``
+    (UP's 0-255 units). Boxes move with their image and are clipped to the canvas; boxes left
+    empty are dropped."""
+
+    name = "mosaic"
+
+    def __init__(self, extra_input: bool = True, tar_size: object = 640, fill_color: object = 0,
+                 mosaic_prob: float = 1.0, mosaic_self: bool = False, clip_box: bool = True,
+                 memcached: Optional[dict] = None):
+        if extra_input is not True:
+            raise ConfigError("extra_input", "mosaic draws other images of the dataset; it needs extra_input: true")
+        if memcached is not None:
+            raise ConfigError("memcached", "UP's memcached cache of resized images is not mapped", "leave it out")
+        if isinstance(mosaic_prob, bool) or not isinstance(mosaic_prob, (int, float)) or not 0 <= mosaic_prob <= 1:
+            raise ConfigError("mosaic_prob", f"expected a probability in [0, 1], got {mosaic_prob!r}")
+        self.tar_size, self.fill_color = _pair(tar_size, "tar_size"), check_fill(fill_color)
+        self.mosaic_prob, self.mosaic_self, self.clip_box = float(mosaic_prob), bool(mosaic_self), bool(clip_box)
+
+    def __call__(self, image, target):
+        if not self.mosaic_self and float(torch.rand(())) >= self.mosaic_prob:
+            target["_mosaic"] = False
+            return image, target
+        th, tw = self.tar_size
+        yc, xc = int(uniform(th / 2, 1.5 * th)), int(uniform(tw / 2, 1.5 * tw))
+        first = (image.as_subclass(torch.Tensor), target)
+        samples = [first] * 4 if self.mosaic_self else [first] + [self._other() for _ in range(3)]
+        channels = first[0].shape[0]
+        canvas = fill_of(self.fill_color, channels).expand(channels, 2 * th, 2 * tw).clone()
+        boxes, per_box = [], {key: [] for key in PER_BOX_KEYS if key in target}
+        for quarter, (img, tgt) in enumerate(samples):
+            h0, w0 = img.shape[-2:]
+            ratio = min(th / h0, tw / w0)
+            h, w = (int(h0 * ratio), int(w0 * ratio)) if ratio != 1 else (h0, w0)
+            img = _resized(img, max(h, 1), max(w, 1))
+            h, w = img.shape[-2:]
+            # (x1, y1, x2, y2) of the part placed on the canvas, then of the image it comes from
+            if quarter == 0:
+                xa1, ya1, xa2, ya2 = max(xc - w, 0), max(yc - h, 0), xc, yc
+                xb1, yb1 = w - (xa2 - xa1), h - (ya2 - ya1)
+            elif quarter == 1:
+                xa1, ya1, xa2, ya2 = xc, max(yc - h, 0), min(xc + w, 2 * tw), yc
+                xb1, yb1 = 0, h - (ya2 - ya1)
+            elif quarter == 2:
+                xa1, ya1, xa2, ya2 = max(xc - w, 0), yc, xc, min(2 * th, yc + h)
+                xb1, yb1 = w - (xa2 - xa1), 0
+            else:
+                xa1, ya1, xa2, ya2 = xc, yc, min(xc + w, 2 * tw), min(2 * th, yc + h)
+                xb1, yb1 = 0, 0
+            canvas[:, ya1:ya2, xa1:xa2] = img[:, yb1:yb1 + (ya2 - ya1), xb1:xb1 + (xa2 - xa1)]
+            b = tgt["boxes"].as_subclass(torch.Tensor).clone()
+            b[:, 0::2] = b[:, 0::2] * (w / w0) + (xa1 - xb1)
+            b[:, 1::2] = b[:, 1::2] * (h / h0) + (ya1 - yb1)
+            boxes.append(b)
+            for key in per_box:
+                per_box[key].append(tgt[key])
+        boxes = torch.cat(boxes)
+        per_box = {key: torch.cat(values) for key, values in per_box.items()}
+        if self.clip_box:
+            boxes[:, 0::2] = boxes[:, 0::2].clamp(0, 2 * tw)
+            boxes[:, 1::2] = boxes[:, 1::2].clamp(0, 2 * th)
+        keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+        target = _with_boxes(target, boxes[keep], {k: v[keep] for k, v in per_box.items()}, (2 * th, 2 * tw))
+        target["_mosaic"] = True
+        return tv_tensors.Image(canvas), target
+
+    def __repr__(self):
+        return f"Mosaic(tar_size={self.tar_size}, mosaic_prob={self.mosaic_prob})"
+
+
+@TRANSFORMS.register("yolox_mixup_cv2")
+class YoloxMixUp(_DrawsSamples):
+    """UP's ``yolox_mixup_cv2``: another image, resized to fit ``input_size`` (h, w) at the
+    top-left of a ``fill_color`` canvas, scaled by U(mixup_scale), flipped when a uniform draw
+    exceeds ``flip_prob`` (UP's reading: the default 1 never flips), zero-padded to at least
+    this image's size and cropped at a random offset to it; its boxes that keep more than 5
+    pixels a side, 20% of their area and an aspect ratio under 20 join this sample's, and the
+    pixels are averaged. When none survives, the sample passes unchanged (as in UP)."""
+
+    name = "yolox_mixup_cv2"
+
+    def __init__(self, input_size: object, mixup_scale: list, extra_input: bool = True, flip_prob: float = 1.0,
+                 fill_color: object = 0, clip_box: bool = True):
+        if extra_input is not True:
+            raise ConfigError("extra_input", "yolox_mixup_cv2 draws other images of the dataset; "
+                              "it needs extra_input: true")
+        if not isinstance(mixup_scale, (list, tuple)) or len(mixup_scale) != 2 or \
+                any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in mixup_scale) or \
+                not 0 < mixup_scale[0] <= mixup_scale[1]:
+            raise ConfigError("mixup_scale", f"expected [min, max] with 0 < min <= max, got {mixup_scale!r}")
+        self.input_size, self.mixup_scale = _pair(input_size, "input_size"), [float(v) for v in mixup_scale]
+        self.flip_prob, self.fill_color, self.clip_box = float(flip_prob), check_fill(fill_color), bool(clip_box)
+
+    def __call__(self, image, target):
+        jitter = uniform(*self.mixup_scale)
+        flip = float(torch.rand(())) > self.flip_prob
+        other, other_target = self._other()
+        channels, th, tw = image.shape
+        ih, iw = self.input_size
+        h0, w0 = other.shape[-2:]
+        ratio = min(ih / h0, iw / w0)
+        letterbox = fill_of(self.fill_color, channels).expand(channels, ih, iw).clone()
+        h, w = int(h0 * ratio), int(w0 * ratio)
+        letterbox[:, :h, :w] = _resized(other, max(h, 1), max(w, 1))[:, :h, :w]
+        copy = _resized(letterbox, max(int(ih * jitter), 1), max(int(iw * jitter), 1))
+        ratio *= jitter
+        if flip:
+            copy = copy.flip(-1)
+        ch, cw = copy.shape[-2:]
+        padded = torch.zeros(channels, max(ch, th), max(cw, tw), dtype=copy.dtype)
+        padded[:, :ch, :cw] = copy
+        # UP's offsets: 0 .. (excess - 1), none when the copy is not larger than this image
+        y_off = _randint(padded.shape[1] - th) if padded.shape[1] > th else 0
+        x_off = _randint(padded.shape[2] - tw) if padded.shape[2] > tw else 0
+        crop = padded[:, y_off:y_off + th, x_off:x_off + tw]
+
+        placed = other_target["boxes"].as_subclass(torch.Tensor).to(torch.float64) * ratio
+        if self.clip_box:
+            placed[:, 0::2] = placed[:, 0::2].clamp(0, cw)
+            placed[:, 1::2] = placed[:, 1::2].clamp(0, ch)
+        if flip:
+            placed[:, [0, 2]] = cw - placed[:, [2, 0]]
+        moved = placed - torch.tensor([x_off, y_off, x_off, y_off], dtype=torch.float64)
+        if self.clip_box:
+            moved[:, 0::2] = moved[:, 0::2].clamp(0, tw)
+            moved[:, 1::2] = moved[:, 1::2].clamp(0, th)
+        keep = box_candidates(placed, moved, wh_thr=5.0)
+        if not bool((keep & (other_target["labels"] > 0)).any()):
+            return image, target
+        pixels = 0.5 * image.as_subclass(torch.Tensor) + 0.5 * crop
+        own = target["boxes"].as_subclass(torch.Tensor)
+        per_box = {key: torch.cat([target[key], other_target[key][keep].to(target[key].dtype)])
+                   for key in PER_BOX_KEYS if key in target and key in other_target}
+        boxes = torch.cat([own.to(torch.float64), moved[keep]])
+        return tv_tensors.Image(pixels), _with_boxes(target, boxes, per_box, (th, tw))
+
+    def __repr__(self):
+        return f"YoloxMixUp(input_size={self.input_size}, mixup_scale={self.mixup_scale})"

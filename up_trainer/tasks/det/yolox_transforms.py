@@ -1,0 +1,241 @@
+"""UP's single-image YOLOX augmentations, on float [0, 1] RGB tensors (no OpenCV).
+
+- ``random_perspective_yolox`` {degrees, translate, scale, shear, perspective, fill_color,
+  border, max_try, clip_box}: one random affine (or projective) warp; boxes follow through
+  their 4 corners, are clipped to the output and filtered by :func:`box_candidates`.
+- ``augment_hsv`` {hgain, sgain, vgain, color_mode}: random gains on hue, saturation, value.
+- ``custom_to_tensor`` {norm_image}: UP's to-tensor for OpenCV images.
+
+Pixel values a UP file writes (``fill_color``) are on UP's 0-255 scale and are divided by 255
+here. Every random number comes from torch's global generator, which the loader seeds per batch.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from torchvision import tv_tensors
+
+from ...errors import ConfigError, DataError
+from ...registry import TRANSFORMS
+from .transforms import select_boxes
+
+
+def fill_of(fill_color, channels, path="fill_color"):
+    """UP's fill colour (a 0-255 number, or one per channel) as a Cx1x1 tensor in [0, 1]."""
+    values = fill_color if isinstance(fill_color, (list, tuple)) else [fill_color] * channels
+    if len(values) != channels:
+        raise DataError(f"{path}: {len(values)} values for a {channels}-channel image")
+    return torch.tensor([float(v) / 255.0 for v in values], dtype=torch.float32).view(channels, 1, 1)
+
+
+def check_fill(fill_color, path="fill_color"):
+    values = fill_color if isinstance(fill_color, (list, tuple)) else [fill_color]
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 255 for v in values):
+        raise ConfigError(path, f"expected a pixel value 0..255 or one per channel, got {fill_color!r}")
+    return list(fill_color) if isinstance(fill_color, (list, tuple)) else fill_color
+
+
+def uniform(lo, hi):
+    """One number uniform in [lo, hi) from torch's global generator."""
+    return lo + (hi - lo) * float(torch.rand((), dtype=torch.float64))
+
+
+def box_candidates(before, after, wh_thr=2.0, ar_thr=20.0, area_thr=0.2):
+    """YOLOv5's rule for boxes that survive an augmentation (``before`` scaled to the new image,
+    ``after`` clipped): both sides longer than wh_thr pixels, at least area_thr of the area
+    kept, aspect ratio below ar_thr."""
+    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    aspect = torch.maximum(w2 / (h2 + 1e-16), h2 / (w2 + 1e-16))
+    return (w2 > wh_thr) & (h2 > wh_thr) & (w2 * h2 / (w1 * h1 + 1e-16) > area_thr) & (aspect < ar_thr)
+
+
+def warp_image(image, matrix, out_h, out_w, fill):
+    """``image`` (CxHxW) under the 3x3 ``matrix`` (source -> output, continuous pixel
+    coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` outside."""
+    _, h, w = image.shape
+    inverse = torch.linalg.inv(matrix)
+    ys = torch.arange(out_h, dtype=torch.float64) + 0.5
+    xs = torch.arange(out_w, dtype=torch.float64) + 0.5
+    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+    points = torch.stack([grid_x, grid_y, torch.ones_like(grid_x)], -1) @ inverse.T
+    points = points[..., :2] / points[..., 2:3]
+    # grid_sample's align_corners=False grid: -1 and 1 are the outer edges of the image
+    grid = torch.stack([points[..., 0] * (2.0 / w) - 1.0, points[..., 1] * (2.0 / h) - 1.0], -1)
+    shifted = (image - fill)[None]  # zeros padding then lands exactly on the fill colour
+    out = F.grid_sample(shifted, grid[None].to(image.dtype), mode="bilinear", padding_mode="zeros",
+                        align_corners=False)[0]
+    return out + fill
+
+
+def warp_boxes(boxes, matrix):
+    """The axis-aligned boxes around each box's 4 corners under ``matrix``."""
+    n = len(boxes)
+    corners = boxes[:, [0, 1, 2, 3, 0, 3, 2, 1]].reshape(n * 4, 2).to(torch.float64)
+    points = torch.cat([corners, torch.ones(n * 4, 1, dtype=torch.float64)], 1) @ matrix.T
+    points = (points[:, :2] / points[:, 2:3]).reshape(n, 4, 2)
+    return torch.cat([points.min(1).values, points.max(1).values], 1)
+
+
+@TRANSFORMS.register("random_perspective_yolox")
+class RandomPerspectiveYolox:
+    """UP's ``random_perspective_yolox``: centre the image, rotate by U(-degrees, degrees) and
+    scale by U(scale[0], scale[1]) (a single number s means [1 - s, 1 + s]), shear both axes by
+    U(-shear, shear) degrees, tilt by U(-perspective, perspective), then move the centre to
+    U(0.5 - translate, 0.5 + translate) of the output, which is the input grown by
+    ``2 * border`` (h, w; UP's YOLOX files give [-320, -320] to turn a 1280 mosaic into 640).
+
+    As in UP, a sample whose ``mosaic`` was skipped (mosaic_prob) passes unchanged; without a
+    mosaic in the pipeline every sample is warped. Up to ``max_try`` warps are drawn until one
+    keeps a box. (UP's YOLOX class leaves ``perspective`` out of its matrix; its files all set 0.)
+    """
+
+    def __init__(self, degrees: float = 0.0, translate: float = 0.1, scale: object = 0.5, shear: float = 0.0,
+                 perspective: float = 0.0, fill_color: object = 0, border: list = (0, 0), max_try: int = 1,
+                 clip_box: bool = True):
+        if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+            scale = [1.0 - scale, 1.0 + scale]
+        if not isinstance(scale, (list, tuple)) or len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+            raise ConfigError("scale", f"expected [min, max] with 0 < min <= max (or one number s), got {scale!r}")
+        if not isinstance(border, (list, tuple)) or len(border) != 2 or \
+                any(isinstance(b, bool) or not isinstance(b, int) for b in border):
+            raise ConfigError("border", f"expected [h, w] integers, got {border!r}")
+        if isinstance(max_try, bool) or not isinstance(max_try, int) or max_try < 1:
+            raise ConfigError("max_try", f"expected a positive integer, got {max_try!r}")
+        for name, value in (("degrees", degrees), ("translate", translate), ("shear", shear),
+                            ("perspective", perspective)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(name, f"expected a number >= 0, got {value!r}")
+        self.degrees, self.translate, self.scale = float(degrees), float(translate), [float(s) for s in scale]
+        self.shear, self.perspective = float(shear), float(perspective)
+        self.fill_color, self.border = check_fill(fill_color), [int(b) for b in border]
+        self.max_try, self.clip_box = max_try, clip_box
+
+    def matrix(self, h, w, out_h, out_w):
+        """(3x3 float64 matrix, scale) drawn from torch's generator."""
+        centre = torch.eye(3, dtype=torch.float64)
+        centre[0, 2], centre[1, 2] = -w / 2, -h / 2
+        tilt = torch.eye(3, dtype=torch.float64)
+        tilt[2, 0] = uniform(-self.perspective, self.perspective)
+        tilt[2, 1] = uniform(-self.perspective, self.perspective)
+        angle, s = math.radians(uniform(-self.degrees, self.degrees)), uniform(*self.scale)
+        rotate = torch.eye(3, dtype=torch.float64)
+        # counter-clockwise on screen (y down), as OpenCV's rotation matrix turns it
+        rotate[0, 0], rotate[0, 1] = s * math.cos(angle), s * math.sin(angle)
+        rotate[1, 0], rotate[1, 1] = -s * math.sin(angle), s * math.cos(angle)
+        shear = torch.eye(3, dtype=torch.float64)
+        shear[0, 1] = math.tan(math.radians(uniform(-self.shear, self.shear)))
+        shear[1, 0] = math.tan(math.radians(uniform(-self.shear, self.shear)))
+        move = torch.eye(3, dtype=torch.float64)
+        move[0, 2] = uniform(0.5 - self.translate, 0.5 + self.translate) * out_w
+        move[1, 2] = uniform(0.5 - self.translate, 0.5 + self.translate) * out_h
+        return move @ shear @ rotate @ tilt @ centre, s
+
+    def __call__(self, image, target):
+        if target.pop("_mosaic", True) is False:
+            return image, target
+        c, h, w = image.shape
+        out_h, out_w = h + 2 * self.border[0], w + 2 * self.border[1]
+        if out_h < 1 or out_w < 1:
+            raise DataError(f"random_perspective_yolox: border {self.border} leaves nothing of a {h}x{w} image "
+                            "(UP's YOLOX border is minus half the mosaic's tar_size)")
+        boxes = target["boxes"].as_subclass(torch.Tensor)
+        for attempt in range(self.max_try):
+            matrix, s = self.matrix(h, w, out_h, out_w)
+            warped = warp_boxes(boxes, matrix)
+            if self.clip_box:
+                warped[:, 0::2] = warped[:, 0::2].clamp(0, out_w)
+                warped[:, 1::2] = warped[:, 1::2].clamp(0, out_h)
+            keep = box_candidates(boxes.to(torch.float64) * s, warped)
+            if bool(keep.any()) or attempt == self.max_try - 1:
+                break
+        target = select_boxes(target, keep, warped, (out_h, out_w))
+        if (out_h, out_w) != (h, w) or not torch.equal(matrix, torch.eye(3, dtype=torch.float64)):
+            image = tv_tensors.Image(warp_image(image.as_subclass(torch.Tensor), matrix.to(torch.float64),
+                                                out_h, out_w, fill_of(self.fill_color, c)))
+        return image, target
+
+    def __repr__(self):
+        return (f"RandomPerspectiveYolox(degrees={self.degrees}, translate={self.translate}, scale={self.scale}, "
+                f"shear={self.shear}, border={self.border})")
+
+
+def rgb_to_hsv(image):
+    """3xHxW RGB in [0, 1] -> (hue in [0, 1), saturation, value)."""
+    r, g, b = image
+    value, _ = image.max(0)
+    delta = value - image.min(0).values
+    saturation = torch.where(value > 0, delta / value.clamp_min(1e-12), torch.zeros_like(value))
+    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
+    rc, gc, bc = (value - r) / safe, (value - g) / safe, (value - b) / safe
+    hue = torch.where(value == r, bc - gc, torch.where(value == g, 2.0 + rc - bc, 4.0 + gc - rc))
+    hue = torch.where(delta > 0, (hue / 6.0) % 1.0, torch.zeros_like(hue))
+    return hue, saturation, value
+
+
+def hsv_to_rgb(hue, saturation, value):
+    sector = torch.floor(hue * 6.0)
+    frac = hue * 6.0 - sector
+    sector = sector.long() % 6
+    p = value * (1.0 - saturation)
+    q = value * (1.0 - saturation * frac)
+    t = value * (1.0 - saturation * (1.0 - frac))
+    # per sector (0..5) which of v, q, p, t each channel takes
+    choices = torch.stack([value, q, p, t])
+    pick = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]])[sector]  # HxWx3
+    return torch.gather(choices, 0, pick.permute(2, 0, 1))
+
+
+@TRANSFORMS.register("augment_hsv")
+class AugmentHSV:
+    """UP's ``augment_hsv``: hue, saturation and value each multiplied by a gain drawn from
+    U(1 - gain, 1 + gain) (hue wraps around; saturation and value are clipped to [0, 1]).
+    ``color_mode`` is the channel order UP read its OpenCV images in (RGB or BGR); images here
+    are always RGB and converted as such, which gives the same colours. A 1-channel image gets
+    the value gain only."""
+
+    COLOR_MODES = ("RGB", "BGR")
+
+    def __init__(self, hgain: float = 0.5, sgain: float = 0.5, vgain: float = 0.5, color_mode: str = "RGB"):
+        if color_mode not in self.COLOR_MODES:
+            raise ConfigError("color_mode", f"{color_mode!r} is not one of {', '.join(self.COLOR_MODES)}")
+        for name, value in (("hgain", hgain), ("sgain", sgain), ("vgain", vgain)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(name, f"expected a number >= 0, got {value!r}")
+        self.gains = torch.tensor([hgain, sgain, vgain], dtype=torch.float32)
+        self.color_mode = color_mode
+
+    def __call__(self, image, target=None):
+        gains = (torch.rand(3) * 2.0 - 1.0) * self.gains + 1.0
+        pixels = image.as_subclass(torch.Tensor)
+        if pixels.shape[0] == 1:
+            out = (pixels * gains[2]).clamp(0.0, 1.0)
+        else:
+            hue, saturation, value = rgb_to_hsv(pixels.clamp(0.0, 1.0))
+            out = hsv_to_rgb((hue * gains[0]) % 1.0, (saturation * gains[1]).clamp(0.0, 1.0),
+                             (value * gains[2]).clamp(0.0, 1.0))
+        out = tv_tensors.Image(out) if isinstance(image, tv_tensors.Image) else out
+        return out if target is None else (out, target)
+
+    def __repr__(self):
+        return f"AugmentHSV(hgain={self.gains[0]:g}, sgain={self.gains[1]:g}, vgain={self.gains[2]:g})"
+
+
+@TRANSFORMS.register("custom_to_tensor")
+class CustomToTensor:
+    """UP's ``custom_to_tensor`` {norm_image}: UP turns an OpenCV image into a float tensor of
+    0-255 values (divided by 255 with norm_image: true). Images here are already float tensors
+    in [0, 1] and the YOLOX model multiplies by 255 itself (``pixel_scale``), so the default
+    passes the image through and the model sees UP's 0-255 values; norm_image: true divides by
+    255 so that the model sees UP's 0-1 values."""
+
+    def __init__(self, norm_image: bool = False):
+        self.norm_image = bool(norm_image)
+
+    def __call__(self, image, target=None):
+        if self.norm_image:
+            image = tv_tensors.wrap(image / 255.0, like=image) if isinstance(image, tv_tensors.Image) else image / 255.0
+        return image if target is None else (image, target)
+
+    def __repr__(self):
+        return f"CustomToTensor(norm_image={self.norm_image})"
