@@ -6,7 +6,9 @@ Three shapes are mapped:
   ``base_cls_postprocess`` -> :class:`.cls.UPClassifier`;
 * RetinaNet: resnet + ``FPN`` + ``RetinaSubNet`` + ``retina_post`` -> torchvision RetinaNet;
 * Faster R-CNN: resnet + ``FPN`` + ``NaiveRPN`` + ``rpn_post`` + ``BboxFC_Pre`` + ``BboxFC``
-  + ``bbox_post`` -> torchvision Faster R-CNN.
+  + ``bbox_post`` -> torchvision Faster R-CNN;
+* YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
+  ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
 
 Every kwarg is honoured or refused in one line; UP types we do not map are refused with what
 to use instead (:mod:`.refused`). :func:`check_up_net` does all of this without building
@@ -20,7 +22,8 @@ ENTRY_KEYS = ("name", "type", "kwargs", "prev")
 CLS_PARTS = ("base_cls_head", "base_cls_postprocess")
 RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
 FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
-UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS)
+YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
+UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS)
 
 
 def _up_backbones():
@@ -75,6 +78,13 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
+    if types[1:] == YOLOX_PARTS:
+        from .yolox_net import RESNETS, backbone_types
+
+        if types[0] not in backbone_types() + RESNETS:
+            raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped YOLOX backbone",
+                              f"mapped: {', '.join(backbone_types() + RESNETS)}")
+        return "yolox"
     backbones = _up_backbones()
     if types[0] not in backbones:
         raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped UP backbone",
@@ -87,7 +97,8 @@ def _shape(net_cfg, path):
             return shape
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
                       "mapped: backbone + base_cls_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
-                      "retina_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post")
+                      "retina_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
+                      "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
 
 
 def build_up_net(net_cfg, path="net"):
@@ -98,6 +109,10 @@ def build_up_net(net_cfg, path="net"):
         from .cls import build_classifier
 
         return build_classifier(net_cfg, path)
+    if shape == "yolox":
+        from .yolox_net import build_yolox_net
+
+        return build_yolox_net(net_cfg, path)
     from .det_net import build_detector
 
     return build_detector(shape, net_cfg, path)

@@ -3,8 +3,7 @@ what the type is in UP and what to use instead (exit 2), never silently approxim
 from ...errors import ConfigError, join_path
 
 _RETINA = "the UP RetinaNet form (RetinaSubNet + retina_post) or net: {type: retinanet}"
-_YOLOX = ("net: {type: fcos} (torchvision FCOS, the closest anchor-free dense detector) or "
-          "{type: retinanet}")
+_YOLOX = "the UP YOLOX form (yolox_* + YoloxPAFPN + YoloXHead + yolox_post) or net: {type: yolox}"
 _CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m or swin_*"
 
 # type -> (what it is in UP, what we offer instead)
@@ -28,16 +27,6 @@ REFUSED = {
     "base_ssl_postprocess": ("self-supervised loss post-process", "supervised training only"),
     "self": ("whole-model options (freeze_patterns)", "frozen_layers on the backbone"),
     # -- detection ----------------------------------------------------------------------------
-    "YoloXHead": ("YOLOX decoupled detection head", _YOLOX),
-    "YoloxPAFPN": ("YOLOX PAFPN neck", "FPN (UP form)"),
-    "yolox_post": ("YOLOX loss and post-process (SimOTA assignment)", _YOLOX),
-    "yolox": ("YOLOX CSPDarknet backbone (FPGA variant)", "resnet18/34/50/101 (UP form)"),
-    "yolox_nano": ("YOLOX-Nano CSPDarknet backbone", "resnet18 (UP form) or net: {type: ssdlite}"),
-    "yolox_tiny": ("YOLOX-Tiny CSPDarknet backbone", "resnet18 (UP form)"),
-    "yolox_s": ("YOLOX-S CSPDarknet backbone", "resnet18/34 (UP form)"),
-    "yolox_m": ("YOLOX-M CSPDarknet backbone", "resnet50 (UP form)"),
-    "yolox_l": ("YOLOX-L CSPDarknet backbone", "resnet50/101 (UP form)"),
-    "yolox_x": ("YOLOX-X CSPDarknet backbone", "resnet101 (UP form)"),
     "DarkNetv5": ("YOLOv5 CSPDarknet backbone", "resnet18/34/50 (UP form)"),
     "DarknetPAFPN": ("YOLOv5 PAFPN neck", "FPN (UP form)"),
     "YoloV5Head": ("YOLOv5 anchor head", _RETINA),
