@@ -54,11 +54,9 @@ NO_DATA = {"cls/swin/swin_transformer_base_384.yaml": "dataset.train.kwargs.meta
 DRY_RUN_REFUSED = {"cls/swin/swin_transformer_base_384.yaml": "trainer.optimizer.pconfig.linear: unknown key"}
 
 # Files of the mapped families that still fail because a piece is missing: {file: reason}.
-# (A new gap goes here, marked xfail strict; the mark goes when the piece lands.)
-YOLOX_DATA = "needs the YOLOX data transforms (mosaic, yolox_mixup_cv2, random_perspective_yolox, augment_hsv, " \
-             "custom_to_tensor, keep_ar_resize_max random_size)"
-CONFIG_GAPS = {f: YOLOX_DATA for f in up_files("det/yolox/*.yaml") if f != "det/yolox/yolox_fpga.yaml"}
-DRY_RUN_GAPS = dict(CONFIG_GAPS)
+# (Empty: every mapped file passes; a new gap goes here, marked xfail strict.)
+CONFIG_GAPS = {}
+DRY_RUN_GAPS = {}
 
 # Swin base / large (88M-197M parameters) take 15-60 s each to build and step on a loaded 2-core
 # machine; by default their dry run is left to UP_TRAINER_ALL_UP_DRY_RUNS=1 (they passed when the
