@@ -174,3 +174,37 @@ def test_state_dict_resume_is_exact(cfg):
 def test_config_errors(cfg, match):
     with pytest.raises(ConfigError, match=match):
         make(cfg)
+
+
+def test_ups_yolox_file_schedule_and_groups_end_to_end():
+    """yolox_small.yaml's trainer section as the trainer builds it (UP form defaults included):
+    lr scaled by the total batch (yolox_base), yolox_cos warmup over 5 epochs, cosine to 5%,
+    flat for the last 15 (no_aug_epoch) epochs; register_type yolov5's four groups."""
+    import os
+
+    from up_trainer.config import resolve_config
+    from up_trainer.engine.optim import Optimization
+
+    cfg = resolve_config(os.path.join(os.path.dirname(__file__), "data", "up", "det", "yolox", "yolox_small.yaml"))
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
+    n, world = 2, 2  # updates per epoch, processes
+    optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), n,
+                         batch_size=cfg["dataset"]["batch_size"], world_size=world)
+    opt, sched = optim.optimizer, optim.lr_scheduler
+    assert [len(g["params"]) for g in opt.param_groups] == [1, 2, 3, 0]  # BN weight, conv weights, biases (BN too), rest
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.0005, 0.0, 0.0005]
+    assert all(g["nesterov"] and g["momentum"] == 0.9 for g in opt.param_groups)
+    lrs, _ = run(opt, sched, 300 * n)
+    target = 0.00015625 * 8 * world  # lr x batch 8 x 2 processes
+    w, total, tail = 5 * n, 300 * n, 15 * n
+    base = target * ((w - 1) / w) ** 2
+    low = base * 0.05
+    for t, row in enumerate(lrs):
+        if t < w:
+            want = target * (t / w) ** 2
+        elif t >= total - tail:
+            want = low
+        else:
+            want = low + 0.5 * (base - low) * (1 + math.cos(math.pi * (t - w) / (total - w - tail)))
+        assert row == pytest.approx([want] * 4, rel=1e-12, abs=1e-15), t
+    assert lrs[-tail][0] == lrs[-1][0] == pytest.approx(0.00010125, rel=1e-12)  # flat: 0.0025 x 0.81 x 0.05
