@@ -43,8 +43,10 @@ class NoAugProbe(Hook):
     priority = "LOWEST"
 
     def before_forward(self, trainer, iteration, batch):
-        rec = seen.setdefault(trainer.state.epoch, {"min": float("inf"), "l1": 0})
-        rec["min"] = min(rec["min"], float(batch["image"].min()))
+        rec = seen.setdefault(trainer.state.epoch, {"min": float("inf"), "l1": 0, "sizes": set()})
+        images = batch["image"] if isinstance(batch["image"], list) else [batch["image"]]
+        rec["min"] = min([rec["min"]] + [float(im.min()) for im in images])
+        rec["sizes"].update(tuple(im.shape[-2:]) for im in images)
 
     def after_forward(self, trainer, iteration, outputs):
         seen[trainer.state.epoch]["l1"] += "loss_l1" in outputs
@@ -167,3 +169,43 @@ def test_a_model_without_use_l1_is_named_at_start_up(tmp_path, run_up):
     out = res.stdout + res.stderr
     assert "yolox_noaug: the model (TinyConvNet) has no use_l1 attribute" in out
     assert seen[3]["min"] < 0 and seen[2]["min"] >= 0
+
+
+def test_yolox_on_mosaic_scenes_resumes_bitwise_across_the_switch(tmp_path, run_up):
+    """The real thing, tiny: YOLOX on digit scenes, mosaic + perspective for two epochs, then the
+    plain pipeline with the L1 loss; a run killed in the first plain epoch resumes bitwise."""
+    clear()
+    mosaic = [{"type": "mosaic", "kwargs": {"tar_size": 48}},
+              {"type": "random_perspective_yolox", "kwargs": {"degrees": 10.0, "scale": [0.5, 1.5],
+                                                              "border": [-24, -24]}},
+              {"type": "flip", "kwargs": {"flip_p": 0.5}}]
+    plain = [{"type": "flip", "kwargs": {"flip_p": 0.5}},
+             {"type": "keep_ar_resize_max", "kwargs": {"max_size": 64, "padding_type": "left_top"}}]
+
+    def cfg(extra=()):
+        c = noaug_cfg(extra)
+        c["dataset"] = {"train": {"type": "digits_det", "kwargs": {"num_images": 8, "canvas_size": 48,
+                                                                    "transforms": mosaic}},
+                        "test": {"type": "digits_det", "kwargs": {"split": "val", "num_images": 2, "canvas_size": 48}},
+                        "batch_size": 4, "test_batch_size": 2}
+        c["net"] = {"type": "yolox", "kwargs": {"size": "nano", "width": 0.125, "num_classes": 10}}
+        c["trainer"] = {"max_epoch": 3, "test_freq": 10, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.01}}}
+        c["hooks"][1]["kwargs"].update(no_aug_epoch=1, max_epoch=3, transformer=plain)
+        c["ema"] = {"enable": True, "ema_type": "exp", "kwargs": {"decay": 0.9}}
+        return c
+
+    train(run_up, tmp_path, "straight", cfg())
+    assert [seen[e]["l1"] for e in (1, 2, 3)] == [0, 0, 2]  # 8 scenes, batch 4
+    assert seen[1]["sizes"] == seen[2]["sizes"] == {(48, 48)}  # mosaic canvas 96, border -24
+    assert seen[3]["sizes"] == {(64, 64)}  # resized and padded to a square
+    assert evals == [3]
+    train(run_up, tmp_path, "mid", cfg([{"type": "test_fault", "kwargs": {"raise_at": 6}}]), code=1)
+    snap = tmp_path / "mid" / "checkpoints" / "ckpt_e3-i5.pth"
+    train(run_up, tmp_path, "mid2", cfg(), "--resume", snap, work=tmp_path / "mid")
+    a = weights(tmp_path / "straight" / "checkpoints" / "ckpt_e3.pth")
+    b = weights(tmp_path / "mid" / "checkpoints" / "ckpt_e3.pth")
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for k in a["ema"]["model"]:
+        assert torch.equal(a["ema"]["model"][k], b["ema"]["model"][k]), k
+    assert a["iter"] == b["iter"] == 6
