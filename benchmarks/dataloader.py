@@ -2,6 +2,7 @@
 transforms + collate) per DataLoader worker count, against a bare torchvision pipeline.
 
     python benchmarks/dataloader.py [--workers 0 1 2] [--rounds 3] [--cls-images 256] [--det-images 64]
+                                    [--pipelines cls det yolox]
 
 The data are JPEG files written to a temporary directory first: ``cls`` 10 class folders of
 320x256 images, ``det`` a COCO instances file with 640x480 images and 3-8 boxes each.
@@ -13,6 +14,10 @@ The data are JPEG files written to a temporary directory first: ``cls`` 10 class
 - ``det`` up: ``coco`` dataset, transforms keep_ar_resize_max(scales [640], max_size 1066) +
   flip, LoaderFactory, batch 8. Bare: ``torchvision.datasets.CocoDetection`` wrapped for
   transforms v2 with Resize(640, max_size=1066) + RandomHorizontalFlip + ToDtype, a list collate.
+- ``yolox`` up only (torchvision has no equivalent): the same COCO data through UP's YOLOX
+  training pipeline as UP's yolox_small.yaml writes it (mosaic tar_size 640, random_perspective_yolox
+  border -320, yolox_mixup_cv2 640, augment_hsv, flip, keep_ar_resize_max random_size [15, 25]
+  x 32 with left_top padding, custom_to_tensor), batch 8. Each image decodes 5 (4 mosaic + 1 mixup).
 
 Each (pipeline, loop, worker count) is one full pass over the data with a fresh DataLoader (its
 worker start-up included, as an epoch without persistent workers has it). The order of the
@@ -107,6 +112,27 @@ def up_det(ann_file, img_dir, workers):
     return LoaderFactory(loader_cfg(8, workers), data, None, seed=0).train_loader(1)
 
 
+YOLOX_TRANSFORMS = [
+    {"type": "mosaic", "kwargs": {"extra_input": True, "tar_size": 640, "fill_color": 0}},
+    {"type": "random_perspective_yolox", "kwargs": {"degrees": 10.0, "translate": 0.1, "scale": [0.1, 2.0],
+                                                    "shear": 2.0, "perspective": 0.0, "fill_color": 0,
+                                                    "border": [-320, -320]}},
+    {"type": "yolox_mixup_cv2", "kwargs": {"extra_input": True, "input_size": [640, 640],
+                                           "mixup_scale": [0.8, 1.6], "fill_color": 0}},
+    {"type": "augment_hsv", "kwargs": {"hgain": 0.015, "sgain": 0.7, "vgain": 0.4, "color_mode": "BGR"}},
+    {"type": "flip", "kwargs": {"flip_p": 0.5}},
+    {"type": "keep_ar_resize_max", "kwargs": {"random_size": [15, 25], "scale_step": 32, "padding_type": "left_top",
+                                              "padding_val": 0}},
+    {"type": "custom_to_tensor"},
+]
+
+
+def up_yolox(ann_file, img_dir, workers):
+    data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
+                                                      "transforms": YOLOX_TRANSFORMS}}, "yolox")
+    return LoaderFactory(loader_cfg(8, workers), data, None, seed=0).train_loader(1)
+
+
 def _list_collate(samples):
     return tuple(zip(*samples))
 
@@ -139,6 +165,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cls-images", type=int, default=256)
     ap.add_argument("--det-images", type=int, default=64)
+    ap.add_argument("--pipelines", nargs="+", default=["cls", "det", "yolox"], choices=["cls", "det", "yolox"])
     args = ap.parse_args()
     torch.set_num_threads(1)
     import logging
@@ -151,20 +178,25 @@ def main():
         pipelines = {
             "cls": {"up": lambda w: up_cls(cls_root, w), "bare": lambda w: bare_cls(cls_root, w)},
             "det": {"up": lambda w: up_det(ann_file, img_dir, w), "bare": lambda w: bare_det(ann_file, img_dir, w)},
+            "yolox": {"up": lambda w: up_yolox(ann_file, img_dir, w)},
         }
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds; images/s (median), "
               f"one pass per measurement with worker start-up")
         print(f"{'pipeline':<9}{'workers':>8}{'bare im/s':>11}{'up im/s':>10}{'up/bare':>9}")  # images/s: above 1 is up faster
-        for task, loops in pipelines.items():
+        for task, loops in ((t, pipelines[t]) for t in args.pipelines):
             for workers in args.workers:
-                rates = {"bare": [], "up": []}
+                rates = {name: [] for name in loops}
                 for r in range(args.rounds):
                     for loop in (("bare", "up") if r % 2 == 0 else ("up", "bare")):
-                        rate, _ = one_pass(lambda: loops[loop](workers))
-                        rates[loop].append(rate)
+                        if loop in loops:
+                            rate, _ = one_pass(lambda: loops[loop](workers))
+                            rates[loop].append(rate)
                 med = {k: statistics.median(v) for k, v in rates.items()}
-                print(f"{task:<9}{workers:>8}{med['bare']:>11.1f}{med['up']:>10.1f}{med['up'] / med['bare']:>9.3f}",
-                      flush=True)
+                if "bare" in med:
+                    print(f"{task:<9}{workers:>8}{med['bare']:>11.1f}{med['up']:>10.1f}"
+                          f"{med['up'] / med['bare']:>9.3f}", flush=True)
+                else:
+                    print(f"{task:<9}{workers:>8}{'-':>11}{med['up']:>10.1f}{'-':>9}", flush=True)
 
 
 if __name__ == "__main__":

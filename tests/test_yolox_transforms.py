@@ -246,3 +246,15 @@ def test_up_yolox_files_pipelines_build_after_the_dataset_translation():
         for k, transforms in enumerate(lists):
             names = [type(op).__name__ for op in build_transforms(transforms, f"{path}[{k}]").transforms]
             assert len(names) == len(transforms)
+
+
+def test_hsv_reads_the_channel_order_it_is_told():
+    """A hue-only gain on a BGR image equals the same gain on the RGB image, channels swapped."""
+    image = torch.rand(3, 8, 8)
+    hue = [{"type": "augment_hsv", "kwargs": {"hgain": 0.5, "sgain": 0, "vgain": 0, "color_mode": mode}}
+           for mode in ("RGB", "BGR")]
+    torch.manual_seed(3)
+    rgb = build_transforms(hue[:1])(image)
+    torch.manual_seed(3)
+    bgr = build_transforms(hue[1:])(image.flip(0))
+    assert torch.allclose(bgr.flip(0), rgb, atol=1e-5) and not torch.allclose(rgb, image, atol=1e-3)

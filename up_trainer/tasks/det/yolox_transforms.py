@@ -54,18 +54,22 @@ def warp_image(image, matrix, out_h, out_w, fill):
     """``image`` (CxHxW) under the 3x3 ``matrix`` (source -> output, continuous pixel
     coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` outside."""
     _, h, w = image.shape
-    inverse = torch.linalg.inv(matrix)
-    ys = torch.arange(out_h, dtype=torch.float64) + 0.5
-    xs = torch.arange(out_w, dtype=torch.float64) + 0.5
-    grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
-    points = torch.stack([grid_x, grid_y, torch.ones_like(grid_x)], -1) @ inverse.T
-    points = points[..., :2] / points[..., 2:3]
-    # grid_sample's align_corners=False grid: -1 and 1 are the outer edges of the image
-    grid = torch.stack([points[..., 0] * (2.0 / w) - 1.0, points[..., 1] * (2.0 / h) - 1.0], -1)
-    shifted = (image - fill)[None]  # zeros padding then lands exactly on the fill colour
-    out = F.grid_sample(shifted, grid[None].to(image.dtype), mode="bilinear", padding_mode="zeros",
+    # Output pixel centres mapped back into grid_sample's source grid (align_corners=False:
+    # -1 and 1 are the outer edges of the image), the normalisation folded into the inverse.
+    normalise = torch.tensor([[2.0 / w, 0.0, -1.0], [0.0, 2.0 / h, -1.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    (a, b, c), (d, e, f), (g, k, m) = (normalise @ torch.linalg.inv(matrix)).tolist()
+    xs = torch.arange(out_w, dtype=torch.float32).add_(0.5)[None, :]
+    ys = torch.arange(out_h, dtype=torch.float32).add_(0.5)[:, None]
+    grid = torch.stack([a * xs + b * ys + c, d * xs + e * ys + f], -1)
+    if g != 0.0 or k != 0.0:  # projective: divide by the third coordinate
+        grid = grid / (g * xs + k * ys + m)[..., None]
+    elif m != 1.0:
+        grid = grid / m
+    blank = not bool(fill.any())
+    shifted = image if blank else image - fill  # zeros padding then lands exactly on the fill colour
+    out = F.grid_sample(shifted[None], grid[None].to(image.dtype), mode="bilinear", padding_mode="zeros",
                         align_corners=False)[0]
-    return out + fill
+    return out if blank else out.add_(fill)
 
 
 def warp_boxes(boxes, matrix):
@@ -163,36 +167,31 @@ class RandomPerspectiveYolox:
 def rgb_to_hsv(image):
     """3xHxW RGB in [0, 1] -> (hue in [0, 1), saturation, value)."""
     r, g, b = image
-    value, _ = image.max(0)
-    delta = value - image.min(0).values
-    saturation = torch.where(value > 0, delta / value.clamp_min(1e-12), torch.zeros_like(value))
-    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
-    rc, gc, bc = (value - r) / safe, (value - g) / safe, (value - b) / safe
-    hue = torch.where(value == r, bc - gc, torch.where(value == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    hue = torch.where(delta > 0, (hue / 6.0) % 1.0, torch.zeros_like(hue))
+    value = image.amax(0)
+    delta = value - image.amin(0)
+    safe = delta.clamp_min(1e-12)
+    saturation = delta / value.clamp_min(1e-12)
+    # the hue's sector offset (0, 2, 4 with red, green, blue largest) plus the position in it
+    hue = torch.where(value == r, (g - b) / safe, torch.where(value == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0))
+    hue = hue.div_(6.0).remainder_(1.0).mul_(delta > 0)
     return hue, saturation, value
 
 
 def hsv_to_rgb(hue, saturation, value):
-    sector = torch.floor(hue * 6.0)
-    frac = hue * 6.0 - sector
-    sector = sector.long() % 6
-    p = value * (1.0 - saturation)
-    q = value * (1.0 - saturation * frac)
-    t = value * (1.0 - saturation * (1.0 - frac))
-    # per sector (0..5) which of v, q, p, t each channel takes
-    choices = torch.stack([value, q, p, t])
-    pick = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]])[sector]  # HxWx3
-    return torch.gather(choices, 0, pick.permute(2, 0, 1))
+    """The inverse of :func:`rgb_to_hsv` (channel n: v - v s clamp(min(k, 4 - k), 0, 1) with
+    k = (n + 6 h) mod 6 for n = 5, 3, 1)."""
+    k = (torch.tensor([5.0, 3.0, 1.0]).view(3, 1, 1) + hue * 6.0) % 6.0
+    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
+    return value - ramp.mul_(value * saturation)
 
 
 @TRANSFORMS.register("augment_hsv")
 class AugmentHSV:
     """UP's ``augment_hsv``: hue, saturation and value each multiplied by a gain drawn from
     U(1 - gain, 1 + gain) (hue wraps around; saturation and value are clipped to [0, 1]).
-    ``color_mode`` is the channel order UP read its OpenCV images in (RGB or BGR); images here
-    are always RGB and converted as such, which gives the same colours. A 1-channel image gets
-    the value gain only."""
+    ``color_mode`` is the channel order of the image, as in UP: an ``fs_opencv`` reader with
+    color_mode BGR hands over BGR channels here too, and the hue is taken of the colour they
+    describe. A 1-channel image gets the value gain only."""
 
     COLOR_MODES = ("RGB", "BGR")
 
@@ -211,9 +210,11 @@ class AugmentHSV:
         if pixels.shape[0] == 1:
             out = (pixels * gains[2]).clamp(0.0, 1.0)
         else:
-            hue, saturation, value = rgb_to_hsv(pixels.clamp(0.0, 1.0))
-            out = hsv_to_rgb((hue * gains[0]) % 1.0, (saturation * gains[1]).clamp(0.0, 1.0),
-                             (value * gains[2]).clamp(0.0, 1.0))
+            bgr = self.color_mode == "BGR"
+            hue, saturation, value = rgb_to_hsv(pixels.flip(0) if bgr else pixels)
+            out = hsv_to_rgb(hue.mul_(gains[0]).remainder_(1.0), saturation.mul_(gains[1]).clamp_(0.0, 1.0),
+                             value.mul_(gains[2]).clamp_(0.0, 1.0))
+            out = out.flip(0) if bgr else out
         out = tv_tensors.Image(out) if isinstance(image, tv_tensors.Image) else out
         return out if target is None else (out, target)
 
