@@ -151,3 +151,68 @@ def test_the_mapped_nano_trains_and_predicts():
     with torch.no_grad():
         dets = model({"image": images})["detections"]
     assert len(dets) == 2 and all(d["labels"].min() >= 1 and d["labels"].max() <= 10 for d in dets if len(d["labels"]))
+
+
+def up_named(model):
+    """Our YOLOX state dict in UP's names and stem layout, written out from UP's modules."""
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith(("backbone.", "neck.", "roi_head.")):
+            key = key.replace(".bn.", ".bn1.").replace("backbone.stem.conv.", "backbone.stem.conv_block.")
+            key = key.replace("backbone.dark5.1.conv1.", "backbone.dark5.1.conv_block1.")
+            key = key.replace("backbone.dark5.1.conv2.", "backbone.dark5.1.conv_block2.")
+            state[key] = value.clone()
+    w = state["backbone.stem.conv_block.conv.weight"]
+    tl, bl, tr, br = w.chunk(4, dim=1)  # our Focus: top-left, bottom-left, top-right, bottom-right
+    state["backbone.stem.conv_block.conv.weight"] = torch.cat((tl, tr, bl, br), 1)  # UP's order
+    return state
+
+
+def ups_space_to_depth(x, bs=2):
+    """UP's Space2Depth (yolov5 components), as UP defines it."""
+    n, c, h, w = x.shape
+    x = x.view(n, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4).contiguous()
+    return x.view(n, c * bs * bs, h // bs, w // bs)
+
+
+def test_up_named_weights_load_with_the_stem_channels_permuted(tmp_path):
+    import torch.nn.functional as F
+
+    from up_trainer.engine.builder import load_pretrained
+
+    net = up_net("yolox_nano.yaml")
+    torch.manual_seed(0)
+    source = build_model(net).eval()
+    for m in source.modules():  # non-trivial statistics, so a misplaced BN shows
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2)
+    up_state = up_named(source)
+    assert not any(".bn." in k or ".stem.conv.conv." in k for k in up_state)  # in UP's names
+    # UP's stem (space-to-depth, then its conv) on UP's weights computes what ours does
+    x = torch.rand(1, 3, 16, 16)
+    stem = source.backbone.stem.conv
+    up_out = stem.act(stem.bn(F.conv2d(ups_space_to_depth(x), up_state["backbone.stem.conv_block.conv.weight"],
+                                       padding=1)))
+    assert torch.allclose(source.backbone.stem(x), up_out, atol=1e-6)
+
+    torch.save({"model": {f"module.{k}": v for k, v in up_state.items()}}, tmp_path / "up.pth")
+    torch.manual_seed(1)
+    target = build_model(net).eval()
+    load_pretrained(target, str(tmp_path / "up.pth"))
+    for key, value in source.state_dict().items():
+        assert torch.equal(target.state_dict()[key], value), key
+    # our own names pass unchanged
+    own = source.state_dict()
+    assert all(torch.equal(v, own[k]) for k, v in source.translate_up_weights(own).items())
+
+
+def test_other_entry_names_map_to_the_models_children():
+    net = up_net("yolox_small_res18.yaml")
+    for entry, name in zip(net, ("trunk", "fpn", "head", "post")):
+        entry["name"] = name
+    net[1]["prev"], net[2]["prev"], net[3]["prev"] = "trunk", "fpn", "head"
+    with torch.device("meta"):
+        model = build_model(net)
+    state = {"trunk.layer0.0.weight": 1, "fpn.C3_p4.conv1.bn1.weight": 2, "head.stems.0.conv.weight": 3}
+    assert model.translate_up_weights(state) == {"backbone.conv1.weight": 1, "neck.C3_p4.conv1.bn.weight": 2,
+                                                 "roi_head.stems.0.conv.weight": 3}

@@ -12,12 +12,19 @@ kwarg out (so the network is UP's, not the published YOLOX's where they differ):
   ``runtime.special_bn_init`` then sets YOLOX's 1e-3 / 0.03 as in UP;
 - ``num_classes`` counts the background (81 for COCO); the model predicts ``num_classes - 1``;
 - the predictor keeps at most 300 detections per image, as UP's does.
+
+UP-named weights (a UP-trained checkpoint as ``saver.pretrain_model``) load: UP's conv blocks
+name their BatchNorm ``bn1`` and the Focus / SPP convs ``conv_block*``, and UP's space-to-depth
+stacks the 2x2 pixel blocks in another order (top-left, top-right, bottom-left, bottom-right;
+ours top-left, bottom-left, top-right, bottom-right), so the stem conv's input channels are
+permuted on load.
 """
 from functools import partial
 
 from torch import nn
 
 from ...errors import ConfigError, join_path
+from .keymap import backbone_rules, translate
 from .layers import initialize, norm_layer, read_initializer
 from .options import Options, sub_options
 
@@ -281,4 +288,31 @@ def build_yolox_net(net_cfg, path):
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = bb_norm.sync
     model.up_part_names = [e["name"] for e in net_cfg]
+    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3],
+                                         backbone=backbone_rules(kind) if kind in RESNETS else CSP_RULES)
     return model
+
+
+# -- UP's parameter names ----------------------------------------------------------------------
+BN_RULES = (r"(.*\.)?bn1\.", [(r"(^|\.)bn1\.", r"\1bn.")])  # the neck and head: only the BatchNorm's name
+CSP_RULES = (r"(.*\.)?(bn1|conv_block\d?)\.", [
+    (r"^stem\.conv_block\.", "stem.conv."), (r"\.conv_block1\.", ".conv1."), (r"\.conv_block2\.", ".conv2."),
+    (r"(^|\.)bn1\.", r"\1bn."),
+])
+UP_STEM = "backbone.stem.conv_block.conv.weight"
+OUR_BLOCKS_FROM_UP = (0, 2, 1, 3)  # our k-th 2x2-pixel channel block is UP's block OUR_BLOCKS_FROM_UP[k]
+
+
+def translate_up_weights(state, names, backbone):
+    """``state`` with UP's names (entry names ``names`` for backbone, neck, head) rewritten to the
+    YoloxModel's; a state already in our names passes unchanged."""
+    ours = ("backbone", "neck", "roi_head")
+    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ours) if up != own}
+    state = {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}
+    stem = state.get(UP_STEM)
+    if stem is not None and stem.dim() == 4 and stem.shape[1] % 4 == 0:
+        c = stem.shape[1] // 4
+        state = dict(state)
+        state[UP_STEM] = stem.reshape(stem.shape[0], 4, c, *stem.shape[2:])[:, list(OUR_BLOCKS_FROM_UP)] \
+            .reshape(stem.shape)
+    return translate(state, {"backbone": backbone, "neck": BN_RULES, "roi_head": BN_RULES})
