@@ -198,3 +198,22 @@ def test_other_file_passes_or_fails_in_one_line(rel):
     res = invoke(["config", "--config", os.path.join(UP_DIR, rel)])
     assert res.exit_code in (0, 2), res.exception
     assert res.exit_code == 0 or one_error_line(res), res.stderr
+
+
+def test_yolox_file_trains_through_its_noaug_switch(up_data, tmp_path):
+    """yolox_nano.yaml shortened to two epochs (the hook's and the schedule's lengths with it):
+    epoch 1 on mosaic + perspective, epoch 2 rebuilt from UP's dataset entry with the hook's
+    pipeline and the L1 loss, then evaluated (the hook's test_freq 1)."""
+    rel = "det/yolox/yolox_nano.yaml"
+    run_dir = tmp_path / "run"
+    shorter = ["trainer.max_epoch=2", "hooks.0.kwargs.max_epoch=2", "hooks.0.kwargs.no_aug_epoch=1",
+               "trainer.lr_scheduler.kwargs.T_max=2", "trainer.lr_scheduler.kwargs.no_aug_epoch=1",
+               "trainer.lr_scheduler.warmup_epochs=0", f"saver.save_dir={tmp_path / 'ckpt'}",
+               "dataset.dataloader.kwargs.num_workers=0"]
+    res = invoke(["train", "--config", os.path.join(UP_DIR, rel), "--work-dir", run_dir, "--device", "cpu",
+                  "--opts", *data_opts(rel, up_data), *shorter])
+    assert res.exit_code == 0, (res.stderr or res.exception, res.stdout[-2000:])
+    log = (run_dir / "train.log").read_text()
+    assert ("yolox_noaug: epoch 2 on trains without the mixing augmentation (pipeline: augment_hsv, flip, "
+            "keep_ar_resize_max, custom_to_tensor), L1 loss on") in log
+    assert "eval epoch 2 (iter 6): bbox.AP=" in log and "eval epoch 1" not in log
