@@ -15,7 +15,8 @@ from up_trainer.tasks.det.yolox_transforms import hsv_to_rgb, rgb_to_hsv
 from up_trainer.tasks.transforms import build_transforms
 
 NUM_LABELS = 60
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow])  # the same examples every run
 
 
 def colour_of(label):
@@ -198,6 +199,8 @@ def test_resize_forms():
         build_transforms([{"type": "keep_ar_resize_max", "kwargs": {"random_size": [5, 2]}}])
     with pytest.raises(ConfigError, match="padding_type"):
         build_transforms([{"type": "keep_ar_resize_max", "kwargs": {"padding_type": "center"}}])
+    with pytest.raises(ConfigError, match="padding_type: .*not with scales"):
+        build_transforms([{"type": "keep_ar_resize_max", "kwargs": {"scales": [32], "padding_type": "left_top"}}])
     with pytest.raises(ConfigError, match="extra_input"):
         build_transforms([{"type": "mosaic", "kwargs": {"extra_input": False}}])
     scaled = build_transforms([{"type": "custom_to_tensor", "kwargs": {"norm_image": True}}])

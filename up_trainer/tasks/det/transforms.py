@@ -5,6 +5,8 @@ Registered names usable in a dataset's ``transforms`` list (UP's names where UP 
 - ``keep_ar_resize_max`` {scales, max_size}: keep-ratio resize of the short side to a scale
   (one picked at random per sample when several are given: multi-scale training), long side
   capped at max_size. Records the resized size so predictions map back to the original image.
+  UP's YOLOX forms: {max_size} alone (long side to max_size) and {random_size, scale_step}
+  (long side to a size drawn once per batch), with padding_type / padding_val / min_size.
 - ``keep_ar_resize`` {scales, max_size, separate_wh}: UP's spelling of the same resize.
 - ``flip`` {flip_p}: random horizontal flip of image and boxes.
 - ``pad_to_stride`` {stride}: zero-pad right/bottom to a multiple of stride.
@@ -79,6 +81,9 @@ class KeepRatioResize:
             min_size = 1 if min_size is None else min_size
         if padding_type is not None and padding_type not in self.PADDING_TYPES:
             raise ConfigError("padding_type", f"{padding_type!r} is not mapped", f"use {', '.join(self.PADDING_TYPES)}")
+        if padding_type is not None and scales is not None:
+            raise ConfigError("padding_type", "pads to the square of random_size or max_size, not with scales",
+                              "pad_to_stride pads a scales resize")
         self.scales, self.max_size = scales, max_size
         self.random_size, self.scale_step = random_size, _positive_int(scale_step, "scale_step")
         self.padding_type, self.padding_val, self.min_size = padding_type, float(padding_val), min_size
