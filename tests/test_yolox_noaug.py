@@ -209,3 +209,18 @@ def test_yolox_on_mosaic_scenes_resumes_bitwise_across_the_switch(tmp_path, run_
     for k in a["ema"]["model"]:
         assert torch.equal(a["ema"]["model"][k], b["ema"]["model"][k]), k
     assert a["iter"] == b["iter"] == 6
+
+
+def test_the_switch_keeps_aspect_ratio_groups(tmp_path, run_up):
+    """A training set released before its rebuild has no image sizes: the loader regroups the
+    rebuilt one (with aspect_ratio_groups, as with reload)."""
+    clear()
+    c = noaug_cfg()
+    c["dataset"] = {"train": {"type": "digits_det", "kwargs": {"num_images": 8, "canvas_size": 48}},
+                    "batch_size": 4, "aspect_ratio_groups": [1]}
+    c["net"] = {"type": "yolox", "kwargs": {"size": "nano", "width": 0.125, "num_classes": 10}}
+    c["trainer"] = {"max_epoch": 2, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.01}}}
+    plain = [{"type": "keep_ar_resize_max", "kwargs": {"max_size": 32}}]
+    c["hooks"][1]["kwargs"].update(no_aug_epoch=1, max_epoch=2, transformer=plain)
+    train(run_up, tmp_path, "groups", c)
+    assert seen[1]["sizes"] == {(48, 48)} and seen[2]["sizes"] == {(32, 32)} and seen[2]["l1"] == 2

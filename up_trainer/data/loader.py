@@ -184,7 +184,7 @@ class LoaderFactory:
         """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples."""
         self.train_set = train_set
         self._seeded = SeededDataset(train_set if indices is None else Subset(train_set, list(indices)), self.seed)
-        if self._aspect_ratios is not None:
+        if self._aspect_ratios is not None and train_set is not None:  # None: released before a rebuild
             ratios = aspect_ratios_of(train_set)
             self._aspect_ratios = ratios if indices is None else [ratios[i] for i in indices]
         self._train = None  # workers hold the old dataset
