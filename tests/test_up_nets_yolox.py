@@ -60,7 +60,8 @@ def test_post_settings_are_mapped():
     post = net[3]["kwargs"]
     post["use_l1"] = True
     post["cfg"]["roi_supervisor"]["kwargs"]["matcher"]["kwargs"].update(candidate_k=7, radius=1.5)
-    post["cfg"]["roi_predictor"]["kwargs"].update(pre_nms_score_thresh=0.2, nms={"type": "naive", "nms_iou_thresh": 0.4})
+    post["cfg"]["roi_predictor"]["kwargs"].update(pre_nms_score_thresh=0.2,
+                                                 nms={"type": "naive", "nms_iou_thresh": 0.4})
     post["cfg"]["loc_loss"]["kwargs"].update(loss_type="giou", loss_weight=2.0)
     with torch.device("meta"):
         model = build_model(net)
