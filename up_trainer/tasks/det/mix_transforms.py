@@ -40,6 +40,14 @@ def _resized(image, h, w):
     return F.interpolate(image[None], size=(h, w), mode="bilinear", align_corners=False)[0]
 
 
+def _canvas(fill_color, channels, h, w):
+    """A CxHxW image of UP's fill colour (zeros come from calloc, several times faster)."""
+    fill = fill_of(fill_color, channels)
+    if not bool(fill.any()):
+        return torch.zeros(channels, h, w)
+    return fill.expand(channels, h, w).clone()
+
+
 def _randint(n):
     return int(torch.randint(n, ()))
 
@@ -101,7 +109,7 @@ class Mosaic(_DrawsSamples):
         first = (image.as_subclass(torch.Tensor), target)
         samples = [first] * 4 if self.mosaic_self else [first] + [self._other() for _ in range(3)]
         channels = first[0].shape[0]
-        canvas = fill_of(self.fill_color, channels).expand(channels, 2 * th, 2 * tw).clone()
+        canvas = _canvas(self.fill_color, channels, 2 * th, 2 * tw)
         boxes, per_box = [], {key: [] for key in PER_BOX_KEYS if key in target}
         for quarter, (img, tgt) in enumerate(samples):
             h0, w0 = img.shape[-2:]
@@ -174,7 +182,7 @@ class YoloxMixUp(_DrawsSamples):
         ih, iw = self.input_size
         h0, w0 = other.shape[-2:]
         ratio = min(ih / h0, iw / w0)
-        letterbox = fill_of(self.fill_color, channels).expand(channels, ih, iw).clone()
+        letterbox = _canvas(self.fill_color, channels, ih, iw)
         h, w = int(h0 * ratio), int(w0 * ratio)
         letterbox[:, :h, :w] = _resized(other, max(h, 1), max(w, 1))[:, :h, :w]
         copy = _resized(letterbox, max(int(ih * jitter), 1), max(int(iw * jitter), 1))
