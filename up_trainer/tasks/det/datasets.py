@@ -21,7 +21,10 @@ from ...data.readers import FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
 from ..transforms import build_transforms
-from .transforms import PER_BOX_KEYS  # also registers keep_ar_resize_max, flip, pad_to_stride
+from . import transforms as _det_transforms  # noqa: F401  (registers keep_ar_resize_max, flip, pad_to_stride)
+from .pipeline import apply_transform, pipeline_ops, to_pipeline
+
+__all__ = ["DetDataset", "CocoDetection", "CustomDetection", "DetCollate", "apply_transform", "load_rgb"]
 
 log = logging.getLogger("up")
 BAD_RECORD_CHOICES = ("error", "skip")
@@ -153,55 +156,6 @@ class DetDataset(Dataset):
         if self.transform is not None:
             image, target = apply_transform(self.transform, image, target)
         return {"image": image, "target": target, "index": index}
-
-
-def pipeline_ops(transform):
-    """Every transform object in a pipeline, containers (Compose, RandomApply...) walked."""
-    if transform is None:
-        return
-    yield transform
-    for child in getattr(transform, "transforms", None) or ():
-        yield from pipeline_ops(child)
-
-
-def to_pipeline(image, target):
-    """(float CxHxW, target) -> (tv_tensors.Image, target with one BoundingBoxes for boxes and
-    ignore regions, ``labels`` 0 for the ignore regions)."""
-    from torchvision import tv_tensors
-
-    h, w = image.shape[-2:]
-    ignore = target["ignore_boxes"]
-    target = dict(target)
-    target["boxes"] = tv_tensors.BoundingBoxes(torch.cat([target["boxes"], ignore]), format="XYXY", canvas_size=(h, w))
-    target["labels"] = torch.cat([target["labels"], torch.zeros(len(ignore), dtype=target["labels"].dtype)])
-    if "area" in target:
-        ignore_area = (ignore[:, 2] - ignore[:, 0]) * (ignore[:, 3] - ignore[:, 1])
-        target["area"] = torch.cat([target["area"], ignore_area.to(target["area"].dtype)])
-    target.pop("ignore_boxes")
-    return tv_tensors.Image(image), target
-
-
-def from_pipeline(image, target):
-    """The inverse of :func:`to_pipeline` once the transforms ran."""
-    boxes = target["boxes"]
-    if "img_size" not in target or target.get("_resized") is None:
-        # A plain torchvision resize updates only the boxes' canvas; our resize sets _resized.
-        target["img_size"] = torch.tensor(list(boxes.canvas_size), dtype=torch.int64)
-    for key in ("_resized", "_mosaic"):
-        target.pop(key, None)
-    boxes = boxes.as_subclass(torch.Tensor)
-    real = target["labels"] > 0
-    target["boxes"], target["ignore_boxes"] = boxes[real].contiguous(), boxes[~real].contiguous()
-    for key in PER_BOX_KEYS:
-        if key in target and len(target[key]) == len(real):
-            target[key] = target[key][real]
-    return image.as_subclass(torch.Tensor), target
-
-
-def apply_transform(transform, image, target):
-    """Run a v2 pipeline on image + boxes (ignore regions move with the boxes)."""
-    image, target = to_pipeline(image, target)
-    return from_pipeline(*transform(image, target))
 
 
 # -- coco ------------------------------------------------------------------------------------
