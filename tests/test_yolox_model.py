@@ -238,3 +238,15 @@ def test_train_eval_predict_and_flops_through_the_cli(tmp_path):
     res = run.invoke(main, ["export", "--config", str(path), "--format", "torchscript", "--checkpoint",
                             str(tmp_path / "run" / "checkpoints" / "ckpt_e1.pth")])
     assert res.exit_code == 2 and "yolox has no export" in res.output, res.output
+
+
+def test_bfloat16_autocast_keeps_boxes_and_losses_in_float32():
+    torch.manual_seed(0)
+    model, batch = _tiny(score_thresh=0.0), _digit_batch(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = model(batch)
+        model.eval()
+        with torch.no_grad():
+            det = model({"image": batch["image"]})["detections"][0]
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in losses.values())
+    assert det["boxes"].dtype == torch.float32 and len(det["boxes"]) > 0

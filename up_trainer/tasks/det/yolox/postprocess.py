@@ -16,6 +16,9 @@ def flatten_outputs(head_out, strides):
     cell centres, which the assignment uses) and strides [A]."""
     cls_all, reg_all, obj_all, grids, point_strides = [], [], [], [], []
     for (cls, reg, obj), stride in zip(head_out, strides):
+        # float32 from here on: under bfloat16 autocast, (offset + cell) * stride past 256 px
+        # would round to 2-8 px steps, and the losses and NMS want full precision anyway
+        cls, reg, obj = cls.float(), reg.float(), obj.float()
         n, _, h, w = cls.shape
         cls_all.append(cls.flatten(2).transpose(1, 2))
         reg_all.append(reg.flatten(2).transpose(1, 2))
