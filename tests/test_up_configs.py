@@ -44,7 +44,6 @@ OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 REFUSED = {
     "cls/resnet/res50_softmax_eql.yaml": "classifier_cfg.type: UP classifier 'norm_linear' is not mapped",
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
-    "cls/resnet/resnet50D_bag_of_tricks.yaml": "net[0].type: resnet50_D is UP's ResNet-50-D backbone",
     "det/yolox/yolox_fpga.yaml": "net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox",
 }
 # A file that gives no data path at all: ``up config`` says so in one line.

@@ -25,7 +25,6 @@ REFUSED = {
         "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
     "mobilenetv3/mbv3_small_1.0_batch1k_epoch350_coslr_nesterov_wd0.00003_bn_nowd_fp16_ema0.9999_dropout0.2.yaml":
         "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
-    "resnet/resnet50D_bag_of_tricks.yaml": "net[0].type: resnet50_D is UP's ResNet-50-D",
     "resnet/res50_softmax_eql.yaml": "net[1].kwargs.classifier_cfg.type: UP classifier 'norm_linear' is not mapped",
     # UP's own base_cls_head has no such argument: the file fails in UP too.
     "resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",

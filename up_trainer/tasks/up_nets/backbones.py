@@ -16,6 +16,7 @@ from ...errors import ConfigError
 from .layers import initialize, norm_layer, read_initializer
 
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
+RESNETS_D = tuple(f"{r}_D" for r in RESNETS)
 REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the 400MF models)
     "regnetx_200m": dict(depth=13, w_0=24, w_a=36.44, w_m=2.49, group_width=8),
     "regnetx_400m": dict(depth=22, w_0=24, w_a=24.48, w_m=2.54, group_width=16),
@@ -23,7 +24,7 @@ REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the
     "regnety_400m": dict(depth=16, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25),
 }
 SWINS = ("swin_tiny", "swin_small", "swin_base_224", "swin_base_384", "swin_large_224", "swin_large_384")
-BACKBONES = RESNETS + ("mobilenetv2",) + tuple(REGNETS) + SWINS
+BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2",) + tuple(REGNETS) + SWINS
 
 
 class Trunk(nn.Module):
@@ -92,23 +93,41 @@ def _check_strides(opts, out_layers, natural):
 
 
 def build_resnet(arch, opts):
+    """UP's resnet18..101 and their ``_D`` variants (``resnet50_D``: every shortcut that changes
+    shape averages 2x2 windows (after UP's one-pixel zero pad at the top/left) before a
+    stride-1 1x1 conv; ``deep_stem`` optional, off by default as in UP)."""
+    variant_d = arch.endswith("_D")
+    base = arch[:-2] if variant_d else arch
     norm, sync = norm_layer(opts, default="freeze_bn")
     frozen, out_layers = _check_layers(opts, 5, [4])
     _check_strides(opts, out_layers, [4, 4, 8, 16, 32])
     opts.take("style", "pytorch", types=str, only="pytorch", why="caffe-style ResNet weights are not mapped")
     init = read_initializer(opts)
-    drop_path = opts.take("drop_path_rate", 0.0, types=float)
     in_channels = opts.take("input_channel", 3, types=int)
-    for key, only in (("multiplier", 1), ("checkpoint", False), ("deep_stem", False), ("avg_down", False),
-                      ("down_sample", "pool"), ("nnie", False), ("fa", None), ("pretrained", False),
-                      ("block_type", "res"), ("width", [64, 64, 128, 256, 512])):
+    deep_stem = opts.take("deep_stem", False, types=bool)
+    fixed = [("multiplier", 1), ("checkpoint", False), ("nnie", False), ("fa", None)]
+    if variant_d:  # UP's resnet_D takes no drop path, avg_down, down_sample, block_type or width
+        drop_path, avg_down = 0.0, False
+    else:
+        drop_path = opts.take("drop_path_rate", 0.0, types=float)
+        avg_down = opts.take("avg_down", False, types=bool)
+        fixed += [("down_sample", "pool"), ("pretrained", False), ("block_type", "res"),
+                  ("width", [64, 64, 128, 256, 512])]
+    for key, only in fixed:
         opts.take(key, only, only=only, why="use the memory_checkpoint hook" if key == "checkpoint" else None)
     opts.take("layer_deform", [0] * 5, types=list, check=lambda v: None if not any(v) else
               "deformable convolutions are not mapped (torchvision has no DCN layers here)")
     opts.done()
-    net = torchvision.models.get_model(arch, weights=None, norm_layer=norm)
-    if in_channels != 3:
+    net = torchvision.models.get_model(base, weights=None, norm_layer=norm)
+    if deep_stem:
+        net.conv1 = deep_stem_convs(in_channels, 64, norm)
+    elif in_channels != 3:
         net.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+    if variant_d or avg_down:
+        for i in range(1, 5):
+            first = getattr(net, f"layer{i}")[0]
+            if first.downsample is not None:
+                first.downsample = pooled_shortcut(first.downsample, first.stride, up_d=variant_d)
     stages = [(("conv1", "bn1", "relu", "maxpool"), (net.conv1, net.bn1, net.relu, net.maxpool))]
     stages += [((f"layer{i}",), (getattr(net, f"layer{i}"),)) for i in range(1, 5)]
     blocks = [b for i in range(1, 5) for b in getattr(net, f"layer{i}")]
@@ -117,12 +136,39 @@ def build_resnet(arch, opts):
             if i:
                 last_norm = block.bn3 if hasattr(block, "bn3") else block.bn2
                 last_norm.register_forward_hook(_DropPath(block, drop_path * i / (len(blocks) - 1)))
-    width = 512 * (4 if arch in ("resnet50", "resnet101") else 1)
+    width = 512 * (4 if base in ("resnet50", "resnet101") else 1)
     planes = [64, width // 8, width // 4, width // 2, width]
     trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], [[4, 4, 8, 16, 32][i] for i in out_layers],
                   frozen)
     initialize(trunk, init)
+    if variant_d and init is None:  # UP's resnet_D zeroes its shortcut norms; an initializer resets them
+        for block in blocks:
+            shortcut_norm = block.downsample[-1] if block.downsample is not None else None
+            if getattr(shortcut_norm, "weight", None) is not None:
+                nn.init.zeros_(shortcut_norm.weight)
+                nn.init.zeros_(shortcut_norm.bias)
     return trunk, sync
+
+
+def deep_stem_convs(in_channels, planes, norm):
+    """UP's ``deep_stem``: three 3x3 convs (stride 2, 1, 1; half width for the first two) in
+    place of the 7x7 conv; the stem's own norm (``bn1``) follows as before."""
+    half = planes // 2
+    return nn.Sequential(nn.Conv2d(in_channels, half, 3, 2, 1, bias=False), norm(half), nn.ReLU(inplace=True),
+                         nn.Conv2d(half, half, 3, 1, 1, bias=False), norm(half), nn.ReLU(inplace=True),
+                         nn.Conv2d(half, planes, 3, 1, 1, bias=False))
+
+
+def pooled_shortcut(downsample, stride, up_d):
+    """A strided 1x1-conv shortcut (torchvision's ``downsample``: conv, norm) rebuilt to average
+    first and convolve at stride 1. ``up_d`` (UP's ``*_D`` nets): zero-pad one pixel at the top
+    and left, then a 2x2 average with the block's stride (the pad's zeros count); otherwise
+    (UP's ``avg_down``): a stride x stride average, partial windows over real pixels only."""
+    conv, norm = downsample[0], downsample[1]
+    conv.stride = (1, 1)
+    if up_d:
+        return nn.Sequential(nn.ZeroPad2d((1, 0, 1, 0)), nn.AvgPool2d(2, stride=stride), conv, norm)
+    return nn.Sequential(nn.AvgPool2d(stride, stride=stride, ceil_mode=True, count_include_pad=False), conv, norm)
 
 
 def build_mobilenetv2(opts):
@@ -236,7 +282,7 @@ def build_swin(opts):
 
 def build_backbone(mtype, opts):
     """(trunk, sync-BN group size or None) for a UP backbone type."""
-    if mtype in RESNETS:
+    if mtype in RESNETS + RESNETS_D:
         return build_resnet(mtype, opts)
     if mtype == "mobilenetv2":
         return build_mobilenetv2(opts)

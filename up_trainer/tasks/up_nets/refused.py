@@ -18,7 +18,6 @@ REFUSED = {
     "vit_base_patch16_224": ("ViT-B/16 backbone", "net: {type: vit_b_16} (torchvision ViT-B/16 classifier)"),
     "vit_head": ("ViT class-token head", "net: {type: vit_b_16}"),
     "mobilenetv3": ("MobileNetV3 backbone", "net: {type: mobilenet_v3_large|mobilenet_v3_small}"),
-    "resnet50_D": ("ResNet-50-D backbone (deep stem, avg-pool downsampling)", "resnet50 (UP form) or net: {type: resnet50}"),
     "fpn_cls_head": ("classification head on FPN levels (multitask)", _CLS),
     "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
