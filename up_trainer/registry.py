@@ -198,7 +198,7 @@ def check_kwargs(obj, kwargs, path, provided=()):
 
 HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority"))
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models",
-                             "up_trainer.tasks.det.yolox"])
+                             "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.retina_plus"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])

@@ -1,0 +1,119 @@
+"""The improved RetinaNet's losses: Quality Focal Loss, GIoU (+ L1) on the positives' boxes,
+and the IoU branch, over anchors assigned by :class:`.assigner.ATSSAssigner`.
+
+- Quality Focal Loss (Li et al. 2020, "Generalized Focal Loss"): sigmoid binary cross-entropy
+  of every (anchor, class) logit against a soft target (the IoU of the positive's decoded box
+  with its ground truth at its class, 0 elsewhere), each term scaled by |target - sigma|^beta.
+  Summed and divided by the positive count.
+- Localisation: 1 - GIoU between decoded predicted and ground-truth boxes; with the IoU branch
+  each positive is weighted by its IoU target and the sum divided by the sum of those targets
+  (at least 1), as UP's ``retina_post_iou`` does; without it divided by the positive count.
+  ``compose_loc_loss`` adds an L1 term: UP applies it to the encoded offsets (dx, dy, dw, dh)
+  of the positives, averaged over their elements (UP's compose passes it no normaliser).
+- IoU branch: binary cross-entropy of the predicted IoU logit of each positive against the IoU
+  of its decoded (detached) box with its ground truth; summed over positives, divided by
+  their count.
+Counts are averaged over data-parallel processes, as UP does, so every process divides by the
+same number.
+"""
+import torch
+import torch.nn.functional as F
+from torchvision.ops import generalized_box_iou_loss
+
+from .assigner import ATSSAssigner
+
+LOSS_KEYS = ("loss_cls", "loss_loc", "loss_iou")
+
+
+def quality_focal_loss(logits, labels, quality, beta=2.0):
+    """Summed QFL. ``logits`` [N, C]; ``labels`` [N] (0 background, 1..C, -1 ignored);
+    ``quality`` [N] the soft target of each positive at its class (read only where labels > 0)."""
+    keep = labels >= 0
+    logits, labels, quality = logits[keep], labels[keep], quality[keep]
+    target = torch.zeros_like(logits)
+    pos = (labels > 0).nonzero()[:, 0]
+    target[pos, labels[pos] - 1] = quality[pos].to(logits.dtype)
+    modulator = (target - logits.sigmoid()).abs().pow(beta)
+    return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
+
+
+def paired_iou(a, b):
+    """IoU of a[i] with b[i]."""
+    if a.shape[0] == 0:
+        return a.new_zeros(0)
+    lt, rb = torch.max(a[:, :2], b[:, :2]), torch.min(a[:, 2:], b[:, 2:])
+    inter = (rb - lt).clamp(min=0).prod(dim=1)
+    area = (a[:, 2:] - a[:, :2]).clamp(min=0).prod(dim=1) + (b[:, 2:] - b[:, :2]).clamp(min=0).prod(dim=1)
+    return inter / (area - inter).clamp(min=1e-6)
+
+
+def mean_over_processes(value):
+    """``value`` (a 0-d tensor) summed over data-parallel processes / their number, at least 1."""
+    import torch.distributed as dist
+
+    value = value.detach().float()
+    if dist.is_available() and dist.is_initialized():
+        value = value.clone()
+        dist.all_reduce(value)
+        value = value / dist.get_world_size()
+    return max(float(value), 1.0)
+
+
+class RetinaPlusCriterion:
+    """Losses of one batch. ``outputs``: cls [N, A, C], deltas [N, A, 4] and, with the IoU
+    branch, iou [N, A] (logits); ``anchors_per_level``: [A_l, 4] each; ``targets``: list of
+    {boxes xyxy, labels 1..C}; ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
+
+    def __init__(self, box_coder, top_k=9, beta=2.0, cls_weight=1.0, giou_weight=1.0, l1_weight=0.0,
+                 iou_branch=False, iou_branch_weight=1.0):
+        self.box_coder, self.assigner = box_coder, ATSSAssigner(top_k)
+        self.beta, self.cls_weight, self.giou_weight, self.l1_weight = beta, cls_weight, giou_weight, l1_weight
+        self.iou_branch, self.iou_branch_weight = iou_branch, iou_branch_weight
+
+    def __call__(self, outputs, anchors_per_level, targets, image_sizes):
+        anchors = torch.cat(list(anchors_per_level))
+        cls, deltas = outputs["cls"], outputs["deltas"]
+        labels, pos_img, pos_anchor, pos_boxes = [], [], [], []
+        for i, (target, size) in enumerate(zip(targets, image_sizes)):
+            matched = self.assigner.assign(anchors_per_level, target["boxes"], size)
+            lab = torch.zeros_like(matched)
+            hit = (matched >= 0).nonzero()[:, 0]
+            lab[hit] = target["labels"][matched[hit]].long()
+            labels.append(lab)
+            pos_img.append(torch.full_like(hit, i))
+            pos_anchor.append(hit)
+            pos_boxes.append(target["boxes"][matched[hit]].to(deltas.dtype))
+        labels = torch.stack(labels)
+        pos_img, pos_anchor, pos_boxes = torch.cat(pos_img), torch.cat(pos_anchor), torch.cat(pos_boxes)
+        num_pos = mean_over_processes(torch.tensor(float(pos_anchor.numel())))
+
+        pos_deltas = deltas[pos_img, pos_anchor]
+        pred_boxes = self.box_coder.decode_single(pos_deltas, anchors[pos_anchor])
+        quality = paired_iou(pred_boxes.detach(), pos_boxes)  # the soft class target and the IoU target
+        scores = torch.zeros(labels.shape, dtype=cls.dtype, device=cls.device)
+        scores[pos_img, pos_anchor] = quality
+        loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / num_pos
+
+        zero = deltas.sum() * 0.0
+        if pos_anchor.numel() == 0:
+            loss_loc = zero
+        else:
+            giou = generalized_box_iou_loss(pred_boxes, pos_boxes, reduction="none")
+            if self.iou_branch:
+                loss_loc = (giou * quality).sum() / mean_over_processes(quality.sum())
+            else:
+                loss_loc = giou.sum() / num_pos
+            loss_loc = self.giou_weight * loss_loc
+            if self.l1_weight:
+                wanted = self.box_coder.encode_single(pos_boxes, anchors[pos_anchor])
+                loss_loc = loss_loc + self.l1_weight * F.l1_loss(pos_deltas, wanted)
+        losses = {"loss_cls": self.cls_weight * loss_cls, "loss_loc": loss_loc}
+        if self.iou_branch:
+            iou_logits = outputs["iou"][pos_img, pos_anchor]
+            loss_iou = F.binary_cross_entropy_with_logits(iou_logits, quality, reduction="sum") / num_pos \
+                if pos_anchor.numel() else outputs["iou"].sum() * 0.0
+            losses["loss_iou"] = self.iou_branch_weight * loss_iou
+        return losses
+
+
+__all__ = ["LOSS_KEYS", "RetinaPlusCriterion", "mean_over_processes", "paired_iou", "quality_focal_loss"]

@@ -1,0 +1,99 @@
+"""RetinaPlusModel: backbone + FPN + :class:`.head.RetinaPlusHead`, ATSS-assigned QFL / GIoU
+(/ L1) / IoU-branch losses and UP's predictors, with the forward contract of the project's
+other detectors (:class:`..models.DetectionModel`, :class:`..yolox.YoloxModel`)."""
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.models.detection._utils import BoxCoder
+
+from ....weights import load_fitting, load_weights
+from .postprocess import flatten_outputs, grid_anchors
+
+SIZE_DIVISOR = 32  # the padded batch divides evenly into the strides up to 32 (UP's alignment)
+
+
+def box_coder():
+    """UP's offsets (dx, dy, dw, dh) with unit weights; sizes clipped at exp(log(1000 / 16))."""
+    return BoxCoder(weights=(1.0, 1.0, 1.0, 1.0))
+
+
+class RetinaPlusModel(nn.Module):
+    """forward(batch): ``batch["image"]`` a list of float CxHxW (or an NxCxHxW tensor, or the
+    bare tensor), normalised here by ``image_mean``/``image_std`` when given (UP's pipeline
+    normalises itself: None), padded bottom/right with 0 to a multiple of 32. Training:
+    ``{loss_cls, loss_loc[, loss_iou]}``; eval: ``{"detections": [{boxes xyxy in the input
+    image's pixels, scores, labels 1..C}, ...]}`` plus the losses when the batch has targets.
+
+    ``backbone`` returns a list or an ordered dict of maps; ``neck`` (torchvision's FPN) takes
+    the ordered dict; ``roi_head`` the FPN's maps as a list. ``cell_anchors``: one [A, 4] tensor
+    per level, shifted by ``strides``.
+    """
+
+    kind = "retina_plus"
+
+    def __init__(self, backbone, neck, roi_head, criterion, predictor, strides, cell_anchors, class_first=False,
+                 image_mean=None, image_std=None):
+        super().__init__()
+        self.backbone, self.neck, self.roi_head = backbone, neck, roi_head
+        self.num_classes = roi_head.num_classes
+        self.strides = list(strides)
+        self.criterion, self.predictor, self.class_first = criterion, predictor, class_first
+        self.cell_anchors = [c.float() for c in cell_anchors]
+        mean = None if image_mean is None else torch.tensor(image_mean, dtype=torch.float32).view(-1, 1, 1)
+        std = None if image_std is None else torch.tensor(image_std, dtype=torch.float32).view(-1, 1, 1)
+        self.register_buffer("image_mean", mean, persistent=False)
+        self.register_buffer("image_std", std, persistent=False)
+
+    def batch_images(self, images):
+        """(N x C x H' x W' padded batch, [(h, w)] of each image before padding)."""
+        if isinstance(images, torch.Tensor) and images.dim() == 3:
+            images = [images]
+        sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
+        ph = -(-max(h for h, _ in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
+        pw = -(-max(w for _, w in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
+        norm = (lambda t: (t - self.image_mean) / self.image_std) if self.image_mean is not None else (lambda t: t)
+        if isinstance(images, torch.Tensor):
+            return F.pad(norm(images), (0, pw - images.shape[-1], 0, ph - images.shape[-2])), sizes
+        x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
+        for i, im in enumerate(images):
+            x[i, :, : im.shape[-2], : im.shape[-1]] = norm(im)
+        return x, sizes
+
+    def features(self, x):
+        feats = self.backbone(x)
+        if not isinstance(feats, dict):
+            feats = OrderedDict((str(i), f) for i, f in enumerate(feats))
+        return list(self.neck(feats).values())
+
+    def anchors(self, feature_maps):
+        return [grid_anchors(cell, stride, f.shape[-2], f.shape[-1], f.device).to(f.dtype)
+                for cell, stride, f in zip(self.cell_anchors, self.strides, feature_maps)]
+
+    def forward(self, batch):
+        if isinstance(batch, torch.Tensor):  # a bare NxCxHxW tensor (flops counting, tracing)
+            batch = {"image": batch}
+        x, sizes = self.batch_images(batch["image"])
+        feats = self.features(x)
+        outputs = flatten_outputs(self.roi_head(feats), self.class_first)
+        anchors = self.anchors(feats)
+        targets = batch.get("target")
+        if self.training:
+            if targets is None:
+                raise ValueError("RetinaPlusModel in training mode needs batch['target']")
+            return self.criterion(outputs, anchors, targets, sizes)
+        result = {"detections": self.predictor(outputs, anchors, sizes)}
+        if targets is not None:
+            result.update(self.criterion(outputs, anchors, targets, sizes))
+        return result
+
+    def load_pretrained(self, path, backbone_only=False):
+        """Load what fits from a local file (``module.`` prefixes dropped); report the rest.
+        ``backbone_only``: an ImageNet classifier file, loaded under ``backbone.``."""
+        state = {}
+        for key, value in load_weights(path).items():
+            key = key[len("module."):] if key.startswith("module.") else key
+            state[("backbone." + key) if backbone_only else key] = value
+        scope = [k for k in self.state_dict() if k.startswith("backbone.")] if backbone_only else None
+        return load_fitting(self, state, f"pretrained {path}", scope=scope)
