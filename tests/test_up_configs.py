@@ -36,7 +36,8 @@ def up_files(*patterns):
 
 
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
-                    "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml")
+                    "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
+                    "det/fcos/fcos-R50-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from

@@ -152,9 +152,9 @@ def test_unmapped_combinations_and_entry_keys():
         check_up_net(net)
     with pytest.raises(ConfigError, match=r"^net: the UP parts resnet18 \+ base_cls_head do not form a mapped net"):
         check_up_net(net_list()[:2])
-    with pytest.raises(ConfigError, match=r"net\[1\].type: FcosHead is UP's FCOS head.*"
-                                          r"instead: net: \{type: fcos\}"):
-        build_model([{"name": "backbone", "type": "resnet18"}, {"name": "roi_head", "type": "FcosHead"}])
+    with pytest.raises(ConfigError, match=r"net\[1\].type: CondinstHead is UP's CondInst instance-mask head.*"
+                                          r"instead: no instance segmentation"):
+        build_model([{"name": "backbone", "type": "resnet18"}, {"name": "roi_head", "type": "CondinstHead"}])
 
 
 def test_swin_large_384_builds_from_torchvision_swin_class():

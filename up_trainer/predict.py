@@ -100,7 +100,9 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     ds = test_dataset(cfg)
     classes = _class_names(ds, model)
     transform = getattr(ds, "transform", None)
-    is_det = hasattr(model, "detector") or getattr(model, "kind", None) in ("yolox", "retina_plus")  # torchvision, own
+    # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
+    is_det = hasattr(model, "detector") or getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos",
+                                                                            "up_rcnn")
     os.makedirs(out_dir, exist_ok=True)
     records = []
     with torch.no_grad(), open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:

@@ -91,7 +91,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=Tru
             raise ConfigError("--format", f"onnx export needs onnx and onnxruntime ({exc.name} is missing)",
                               "pip install up-trainer[export]") from None
     model = load_model(cfg, checkpoint, "cpu", use_ema)
-    if getattr(model, "kind", None) in ("yolox", "retina_plus"):
+    if getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos", "up_rcnn"):
         raise ConfigError("--format", f"{model.kind} has no export in this version (torchvision detectors only)",
                           "use the checkpoint with up predict / up eval")
     weights = _weights_kind(checkpoint, use_ema)

@@ -217,7 +217,9 @@ class CocoDetection(DetDataset):
     def __init__(self, ann_file: Optional[str] = None, img_dir: str = "", transforms: Optional[list] = None,
                  on_bad_record: str = "error", skip_empty: bool = False, meta_file: Optional[str] = None,
                  image_reader: Optional[dict] = None, transformer: Optional[list] = None,
-                 source: Optional[str] = None):
+                 source: Optional[str] = None, has_mask: bool = False):
+        if has_mask:
+            raise ConfigError("has_mask", "instance masks are not loaded: boxes only", "has_mask: false")
         ann_file, transforms = up_spellings(ann_file, meta_file, transforms, transformer)
         self.reader = reader_of(image_reader, img_dir)
         self.source = source  # UP: the data source's name; recorded only

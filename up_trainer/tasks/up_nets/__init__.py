@@ -7,6 +7,8 @@ Three shapes are mapped:
 * RetinaNet: resnet + ``FPN`` + ``RetinaSubNet`` + ``retina_post`` -> torchvision RetinaNet;
 * Faster R-CNN: resnet + ``FPN`` + ``NaiveRPN`` + ``rpn_post`` + ``BboxFC_Pre`` + ``BboxFC``
   + ``bbox_post`` -> torchvision Faster R-CNN;
+* FCOS: resnet + ``FPN`` + ``FcosHead`` + ``fcos_post`` -> :class:`up_trainer.tasks.det.rcnn_plus.FcosModel`
+  (:mod:`.rcnn_plus_net`);
 * YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
 
@@ -23,7 +25,8 @@ CLS_PARTS = ("base_cls_head", "base_cls_postprocess")
 RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
 FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
 YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
-UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS)
+FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
+UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS)
 
 
 def _up_backbones():
@@ -89,7 +92,8 @@ def _shape(net_cfg, path):
     if types[0] not in backbones:
         raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped UP backbone",
                           f"mapped: {', '.join(backbones)}")
-    for shape, parts in (("cls", CLS_PARTS), ("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS)):
+    for shape, parts in (("cls", CLS_PARTS), ("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS),
+                         ("fcos", FCOS_PARTS)):
         if types[1:] == parts:
             if shape != "cls" and not types[0].startswith("resnet"):
                 raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is mapped as a "
@@ -97,7 +101,7 @@ def _shape(net_cfg, path):
             return shape
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
                       "mapped: backbone + base_cls_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
-                      "retina_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
+                      "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
 
 
@@ -113,6 +117,10 @@ def build_up_net(net_cfg, path="net"):
         from .yolox_net import build_yolox_net
 
         return build_yolox_net(net_cfg, path)
+    if shape == "fcos":
+        from .rcnn_plus_net import build_fcos_net
+
+        return build_fcos_net(net_cfg, path)
     from .det_net import build_detector
 
     return build_detector(shape, net_cfg, path)

@@ -38,8 +38,6 @@ REFUSED = {
     "RetinaHeadWithIOU": ("RetinaNet head with an IoU branch (EFL recipes)", _RETINA),
     "RetinaHeadWithBNSep": ("RetinaNet head with per-level BatchNorm (quantization)", _RETINA),
     "retina_post_iou": ("RetinaNet post-process with IoU branch, ATSS/OTA assignment", "retina_post (UP form)"),
-    "FcosHead": ("FCOS head", "net: {type: fcos} (torchvision FCOS)"),
-    "fcos_post": ("FCOS loss and post-process", "net: {type: fcos} (torchvision FCOS)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
     "onenet_post": ("OneNet (NMS-free, minimum-cost assignment) post-process", "retina_post (UP form)"),

@@ -1,0 +1,62 @@
+"""The forward contract of the project's detectors for the UP-mapped nets of this package:
+``forward(batch)``: ``batch["image"]`` a list of float CxHxW (already resized and normalised
+by UP's pipeline) or an NxCxHxW tensor, ``batch["target"]`` a list of {boxes xyxy, labels
+1..C}. Training returns the losses; eval returns ``{"detections": [{boxes, scores, labels
+1..C}, ...]}`` and, when targets are given, the losses as well (the validation loss)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .fcos import fcos_points
+
+SIZE_DIVISOR = 32
+
+
+def batch_images(images, divisor=SIZE_DIVISOR):
+    """(N x C x H' x W' zero-padded bottom/right to a multiple of ``divisor``, [(h, w)] before padding)."""
+    if isinstance(images, torch.Tensor) and images.dim() == 3:
+        images = [images]
+    sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
+    ph = -(-max(h for h, _ in sizes) // divisor) * divisor
+    pw = -(-max(w for _, w in sizes) // divisor) * divisor
+    if isinstance(images, torch.Tensor):
+        return F.pad(images, (0, pw - images.shape[-1], 0, ph - images.shape[-2])), sizes
+    x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
+    for i, im in enumerate(images):
+        x[i, :, : im.shape[-2], : im.shape[-1]] = im
+    return x, sizes
+
+
+def _targets(batch, training):
+    targets = batch.get("target")
+    if training and targets is None:
+        raise ValueError("a detector in training mode needs batch['target']")
+    return None if targets is None else [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets]
+
+
+class FcosModel(nn.Module):
+    """backbone (a list of maps) -> neck (torchvision FPN over a dict) -> :class:`.fcos.FcosHead`."""
+
+    kind = "up_fcos"
+
+    def __init__(self, backbone, neck, roi_head, criterion, postprocess, strides):
+        super().__init__()
+        self.backbone, self.neck, self.roi_head = backbone, neck, roi_head
+        self.criterion, self.postprocess = criterion, postprocess
+        self.num_classes, self.strides = roi_head.num_classes, list(strides)
+
+    def forward(self, batch):
+        if isinstance(batch, torch.Tensor):  # a bare NxCxHxW tensor (flops counting, tracing)
+            batch = {"image": batch}
+        targets = _targets(batch, self.training)
+        x, sizes = batch_images(batch["image"])
+        feats = self.backbone(x)
+        feats = list(self.neck({str(i): f for i, f in enumerate(feats)}).values())
+        outputs = self.roi_head(feats)
+        points = fcos_points([f.shape[-2:] for f in feats], self.strides, x.device)
+        if self.training:
+            return self.criterion(outputs, points, targets)
+        result = {"detections": self.postprocess(outputs, points, sizes)}
+        if targets is not None:
+            result.update(self.criterion(outputs, points, targets))
+        return result
