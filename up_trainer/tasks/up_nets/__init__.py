@@ -101,7 +101,8 @@ def _shape(net_cfg, path):
             return shape
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
                       "mapped: backbone + base_cls_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
-                      "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
+                      "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + NaiveRPN + rpn_post + "
+                      "BboxFC_Pre + BboxFC + bbox_post; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
 
 
