@@ -111,11 +111,7 @@ UNMAPPED_UP_TRANSFORMS = {
                            "the training batch_fn batch_cutmixup (dataset.train.dataloader.kwargs.batch_fn)"),
     "mosaicv2": ("UP's YOLOX mosaic v2", "mosaic (UP's YOLOX mosaic)"),
     "random_perspective": ("UP's YOLOv5 random affine", "random_perspective_yolox (UP's YOLOX affine)"),
-    "color_jitter": ("UP's detection colour jitter on OpenCV images", "ColorJitter (torchvision v2)"),
-    "crop": ("UP's random crop with box filtering", "RandomIoUCrop (torchvision v2)"),
-    "stitch_expand": ("UP's stitch/expand zoom-out", "RandomZoomOut (torchvision v2)"),
     "range_crop": ("UP's scale-range crop", "RandomIoUCrop (torchvision v2)"),
-    "fix_output_resize": ("UP's resize to a fixed output with padding", "keep_ar_resize plus pad_to_stride"),
     "normalize_inverse": ("UP's undo of normalize for visualisation", "nothing in a training pipeline"),
 }
 
