@@ -58,3 +58,125 @@ def test_resnet_d_takes_only_up_resnet_d_kwargs():
         resnet("resnet50_D", drop_path_rate=0.1)
     plain = resnet("resnet18", avg_down=True, deep_stem=True)
     assert isinstance(plain.layer2[0].downsample[0], nn.AvgPool2d) and isinstance(plain.conv1, nn.Sequential)
+
+
+# -- ViT with drop path --------------------------------------------------------------------------
+def tiny_vit(**kwargs):
+    from up_trainer.tasks.up_nets.vit import build_vit
+
+    kw = {**dict(image_size=8, patch_size=4, patch_stride=4, hidden_dim=8, depth=2, mlp_dim=16, heads=2, dropout=0.0,
+                 attention_dropout=0.0, drop_path=0.25), **kwargs}
+    return build_vit("vit_base_patch16_224", Options(kw, "net[0].kwargs", "vit_base_patch16_224"))[0]
+
+
+def test_drop_path_keeps_whole_samples_scaled_by_the_keep_probability():
+    from up_trainer.tasks.up_nets.vit import DropPath
+
+    branch = nn.Identity()
+    branch.register_forward_hook(DropPath(0.25))
+    torch.manual_seed(0)
+    out = branch.train()(torch.ones(2000, 3))
+    per_sample = out[:, 0]
+    assert torch.allclose(per_sample.unique(), torch.tensor([0.0, 4 / 3]))  # a sample's branch is dropped or scaled by 1/0.75
+    assert torch.equal(out, per_sample[:, None].expand(-1, 3))  # whole samples, never single values
+    assert abs((per_sample == 0).float().mean().item() - 0.25) < 0.03
+    assert torch.equal(branch.eval()(torch.ones(4, 3)), torch.ones(4, 3))
+
+
+def test_vit_drops_both_residual_branches_of_every_block_in_training_only():
+    torch.manual_seed(0)
+    trunk = tiny_vit()
+    for block in trunk.encoder.layers:  # attention branch ends in block.dropout, MLP branch in block.mlp
+        assert [h.p for h in block.dropout._forward_hooks.values()] == [0.25]
+        assert [h.p for h in block.mlp._forward_hooks.values()] == [0.25]
+        assert block.mlp[1].approximate == "tanh"  # UP's GELU
+    x = torch.randn(64, 3, 8, 8)
+    trunk.eval()
+    patches, token = trunk(x)[0]
+    assert patches.shape == (64, 8, 2, 2) and token.shape == (64, 8)
+    plain = tiny_vit(drop_path=0.0)
+    plain.load_state_dict(trunk.state_dict())
+    assert torch.equal(plain.eval()(x)[0][1], token)  # eval: drop path is the identity
+    # one block, one sample repeated: each copy keeps or drops its attention and MLP branches
+    block = trunk.encoder.layers[0]
+    x = torch.randn(1, 5, 8).expand(256, 5, 8)
+    with torch.no_grad():
+        block.eval()
+        h = block.ln_1(x[:1])
+        x1 = x[:1] + block.self_attention(h, h, h, need_weights=False)[0] / 0.75
+        both_kept = x1 + block.mlp(block.ln_2(x1)) / 0.75
+        torch.manual_seed(1)
+        out = block.train()(x)
+    dropped = torch.isclose(out, x, atol=1e-6).flatten(1).all(1)
+    kept = torch.isclose(out, both_kept.expand_as(out), atol=1e-5).flatten(1).all(1)
+    assert 0 < dropped.sum() < 40 and 100 < kept.sum() < 190  # p^2 = 1/16 and (1 - p)^2 = 9/16 of 256
+
+
+def test_vit_refuses_a_batch_of_another_size_in_one_line():
+    from up_trainer.errors import DataError
+
+    with pytest.raises(DataError, match=r"^net\[0\].kwargs.image_size: the ViT is built for 8 x 8 images"):
+        tiny_vit()(torch.zeros(1, 3, 16, 16))
+
+
+# -- norm_linear and softmax_eql -----------------------------------------------------------------
+def test_norm_linear_logits_are_temperature_times_cosine():
+    from up_trainer.tasks.up_nets.cls_plus import NormLinear
+
+    layer = NormLinear(2, 3, temperature=30.0)
+    assert torch.allclose(layer.weight.norm(dim=0), torch.ones(3))  # unit columns at start
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 2.0]]))
+    logits = layer(torch.tensor([[5.0, 0.0], [1.0, 1.0]]))
+    r = 2 ** -0.5
+    assert torch.allclose(logits, 30 * torch.tensor([[1.0, 0.0, r], [r, r, 1.0]]))
+
+
+def test_softmax_eql_raises_competitors_logits_by_log_gradient_ratios():
+    import torch.nn.functional as F
+    from up_trainer.tasks.up_nets.cls_plus import SoftmaxEQL
+
+    loss = SoftmaxEQL(3, indicator="pos", tau=1.0)
+    logits, label = torch.tensor([[1.0, 2.0, 0.5], [0.0, 0.0, 0.0]]), torch.tensor([0, 2])
+    assert torch.allclose(loss(logits, label), F.cross_entropy(logits, label))  # nothing collected yet
+    loss.pos_grad.copy_(torch.tensor([4.0, 1.0, 2.0]))
+    # sample 0 (class 0, g=4): + log(1/4), log(2/4) on classes 1, 2; sample 1 (class 2, g=2): log(4/2), log(1/2)
+    adjusted = torch.tensor([[1.0, 2.0 + torch.log(torch.tensor(0.25)), 0.5 + torch.log(torch.tensor(0.5))],
+                             [torch.log(torch.tensor(2.0)), torch.log(torch.tensor(0.5)), 0.0]])
+    assert torch.allclose(loss(logits, label), F.cross_entropy(adjusted, label))
+    loss.collect_grad(torch.tensor([[0.1, -0.2, 0.3], [-0.5, 0.25, 0.125]]))
+    assert torch.allclose(loss.pos_grad, torch.tensor([4.1, 1.0, 2.125]))
+    assert torch.allclose(loss.neg_grad, torch.tensor([0.5, 0.45, 0.3]))
+    assert torch.allclose(loss.pos_neg, loss.pos_grad / (loss.neg_grad + 1e-10))
+    assert set(loss.state_dict()) == {"pos_grad", "neg_grad", "pos_neg"}  # saved and resumed with the model
+
+
+def test_eql_net_collects_logit_gradients_through_the_gradient_collector_hook():
+    import types
+
+    import torch.nn.functional as F
+    from up_trainer.hooks.gradient_collector import GradientCollector
+    from up_trainer.tasks.net import build_model
+
+    torch.manual_seed(0)
+    model = build_model([
+        {"name": "backbone", "type": "resnet18", "kwargs": {"normalize": {"type": "solo_bn"}}},
+        {"name": "head", "type": "base_cls_head", "kwargs": {"num_classes": 3, "in_plane": 512,
+                                                             "classifier_cfg": {"type": "norm_linear",
+                                                                                "kwargs": {"tempearture": 10}}}},
+        {"name": "post_process", "type": "base_cls_postprocess",
+         "kwargs": {"cls_loss": {"type": "softmax_eql", "kwargs": {"num_classes": 3, "indicator": "pos"}}}}])
+    hook = GradientCollector(hook_module=["post_process.cls_loss"], collect_func_module="post_process.cls_loss",
+                             grad_type="input")
+    hook.name = "gradient_collector"
+    hook.before_train(types.SimpleNamespace(module=model))
+    label = torch.tensor([0, 2, 2, 1])
+    out = model.train()({"image": torch.randn(4, 3, 32, 32), "label": label})
+    out["loss"].backward()
+    # d mean-CE / d logits = (softmax - one hot) / N; the target's part lands in pos_grad
+    d = (out["logits"].detach().softmax(1) - F.one_hot(label, 3)) / 4
+    eql = model.post_process.cls_loss
+    assert torch.allclose(eql.pos_grad, (d.abs() * F.one_hot(label, 3)).sum(0), atol=1e-6)
+    assert torch.allclose(eql.neg_grad, (d.abs() * (1 - F.one_hot(label, 3))).sum(0), atol=1e-6)
+    assert out["logits"].abs().max() <= 10 + 1e-5  # cosine logits times the temperature
+    hook.after_train(None)

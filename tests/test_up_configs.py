@@ -22,6 +22,7 @@ import yaml
 from PIL import Image
 
 from conftest import REPO, invoke
+from up_trainer.tasks.up_nets.vit import VITS
 
 UP_DIR = os.path.join(REPO, "tests", "data", "up")
 IMAGE_SIZE = 32  # crop / resize size for classification; detection resizes to DET_SCALE
@@ -36,6 +37,7 @@ def up_files(*patterns):
 
 
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
+                    "cls/vision_transformer/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
@@ -43,7 +45,7 @@ OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 # Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from
 # UP): {file: the one-line error expected}.
 REFUSED = {
-    "cls/resnet/res50_softmax_eql.yaml": "classifier_cfg.type: UP classifier 'norm_linear' is not mapped",
+    "cls/resnet/res50_softmax_eql.yaml": "dataset.test.kwargs.save_score: unknown argument",
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
     "det/yolox/yolox_fpga.yaml": "net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox",
 }
@@ -117,6 +119,9 @@ def data_opts(rel, data):
             opts.append(f"dataset.{split}.batch_sampler.kwargs.batch_size={BATCH}")
     if "batch_sampler" in ds:
         opts.append(f"dataset.batch_sampler.kwargs.batch_size={BATCH}")
+    for i, entry in enumerate(cfg.get("net") or []):  # a ViT's position embedding fixes its input size
+        if isinstance(entry, dict) and entry.get("type") in VITS:
+            opts.append(f"net.{i}.kwargs.image_size={IMAGE_SIZE}")
     for i, hook in enumerate(cfg.get("hooks") or []):
         if isinstance(hook, dict) and hook.get("type") == "yolox_noaug":
             opts += size_opts(f"hooks.{i}.kwargs.transformer", hook["kwargs"].get("transformer"))

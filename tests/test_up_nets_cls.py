@@ -25,10 +25,8 @@ REFUSED = {
         "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
     "mobilenetv3/mbv3_small_1.0_batch1k_epoch350_coslr_nesterov_wd0.00003_bn_nowd_fp16_ema0.9999_dropout0.2.yaml":
         "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
-    "resnet/res50_softmax_eql.yaml": "net[1].kwargs.classifier_cfg.type: UP classifier 'norm_linear' is not mapped",
     # UP's own base_cls_head has no such argument: the file fails in UP too.
     "resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
-    "vision_transformer/vit_b16_224.yaml": "net[0].type: vit_base_patch16_224 is UP's ViT-B/16",
 }
 FILES = sorted(os.path.relpath(p, UP_CLS) for p in glob.glob(os.path.join(UP_CLS, "**", "*.yaml"), recursive=True))
 
@@ -131,7 +129,7 @@ def test_multi_head_dropout_and_group_norm():
     ({"bkw": {"normalize": {"type": "task_solo_bn"}}}, "net[0].kwargs.normalize.type: UP norm 'task_solo_bn' is "
                                                        "not mapped"),
     ({"hkw": {"in_plane": 2048}}, "net[1].kwargs.in_plane: 2048 but the backbone's feature -1 has 512 channels"),
-    ({"loss": {"type": "softmax_eql"}}, "net[2].kwargs.cls_loss.type: UP classification loss 'softmax_eql' is not"),
+    ({"loss": {"type": "stce"}}, "net[2].kwargs.cls_loss.type: UP classification loss 'stce' is not"),
     ({"loss": {"type": "label_smooth_ce", "kwargs": {"smooth_ratio": 0.1, "num_classes": 10}}},
      "net[2].kwargs.cls_loss.kwargs.num_classes: 10 but the head has 5 classes"),
 ])

@@ -26,7 +26,8 @@ RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
 FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
 YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
 FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
-UP_ONLY_TYPES = set(CLS_PARTS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS)
+CLS_HEADS = ("base_cls_head", "vit_head")
+UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS)
 
 
 def _up_backbones():
@@ -92,15 +93,16 @@ def _shape(net_cfg, path):
     if types[0] not in backbones:
         raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped UP backbone",
                           f"mapped: {', '.join(backbones)}")
-    for shape, parts in (("cls", CLS_PARTS), ("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS),
-                         ("fcos", FCOS_PARTS)):
+    if len(types) == 3 and types[1] in CLS_HEADS and types[2] == CLS_PARTS[1]:
+        return "cls"
+    for shape, parts in (("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS), ("fcos", FCOS_PARTS)):
         if types[1:] == parts:
-            if shape != "cls" and not types[0].startswith("resnet"):
+            if not types[0].startswith("resnet") or types[0].endswith("_D"):
                 raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is mapped as a "
                                   "classification backbone only", "detection backbones: resnet18/34/50/101")
             return shape
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
-                      "mapped: backbone + base_cls_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
+                      "mapped: backbone + base_cls_head|vit_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
                       "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + NaiveRPN + rpn_post + "
                       "BboxFC_Pre + BboxFC + bbox_post; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")

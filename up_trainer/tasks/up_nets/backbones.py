@@ -14,6 +14,7 @@ from torchvision.ops import stochastic_depth
 
 from ...errors import ConfigError
 from .layers import initialize, norm_layer, read_initializer
+from .vit import VITS, build_vit
 
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 RESNETS_D = tuple(f"{r}_D" for r in RESNETS)
@@ -24,7 +25,7 @@ REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the
     "regnety_400m": dict(depth=16, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25),
 }
 SWINS = ("swin_tiny", "swin_small", "swin_base_224", "swin_base_384", "swin_large_224", "swin_large_384")
-BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2",) + tuple(REGNETS) + SWINS
+BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2",) + tuple(REGNETS) + SWINS + tuple(VITS)
 
 
 class Trunk(nn.Module):
@@ -288,6 +289,8 @@ def build_backbone(mtype, opts):
         return build_mobilenetv2(opts)
     if mtype in REGNETS:
         return build_regnet(mtype, opts)
+    if mtype in VITS:
+        return build_vit(mtype, opts)
     return build_swin(opts)
 
 

@@ -16,21 +16,23 @@ from torch import nn
 from ...errors import ConfigError, DataError
 from .options import Options, sub_options
 
-LOSSES = ("ce", "label_smooth_ce", "bce")
+LOSSES = ("ce", "label_smooth_ce", "bce", "softmax_eql", "softmax_eqlv2")
+HEADS = ("base_cls_head", "vit_head")
 
 
 class ClsHead(nn.Module):
-    """Average pool, optional dropout, a linear classifier (a ModuleList for several heads)."""
+    """Average pool, optional dropout, a linear classifier (a ModuleList for several heads);
+    ``make_classifier(in, out)`` builds another classifier (UP's ``classifier_cfg``)."""
 
-    def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None):
+    def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None, make_classifier=nn.Linear):
         super().__init__()
         self.feature_idx = feature_idx
         self.multi = isinstance(num_classes, list)
         self.pool = nn.AdaptiveAvgPool2d(1)
         if dropout is not None:
             self.drop = nn.Dropout(dropout)
-        self.classifier = (nn.ModuleList(nn.Linear(in_plane, n) for n in num_classes) if self.multi
-                           else nn.Linear(in_plane, num_classes))
+        self.classifier = (nn.ModuleList(make_classifier(in_plane, n) for n in num_classes) if self.multi
+                           else make_classifier(in_plane, num_classes))
         for m in self.modules():
             if isinstance(m, nn.Linear):  # UP: truncated normal (std 0.02), zero bias
                 nn.init.trunc_normal_(m.weight, std=0.02)
@@ -73,6 +75,10 @@ class ClsLoss(nn.Module):
 def _read_loss(kind, kw, path, num_classes):
     if kind not in LOSSES:
         raise ConfigError(path, f"UP classification loss {kind!r} is not mapped", f"supported: {', '.join(LOSSES)}")
+    if kind.startswith("softmax_eql"):
+        from .cls_plus import read_eql
+
+        return read_eql(kind, kw, num_classes)
     weight = kw.take("loss_weight", 1.0, types=float)
     if kind == "label_smooth_ce":
         smooth = kw.take("smooth_ratio", types=float, check=lambda v: None if 0 <= v < 1 else "must be in [0, 1)")
@@ -88,11 +94,12 @@ def _read_loss(kind, kw, path, num_classes):
 
 class PostProcess(nn.Module):
     """UP's ``base_cls_postprocess``: the loss(es) in training, softmax scores and argmax
-    predictions in evaluation."""
+    predictions in evaluation. The loss sits under UP's name ``cls_loss`` (a ModuleList for a
+    list of losses), the name UP's gradient_collector files give."""
 
-    def __init__(self, losses, prefix=None):
+    def __init__(self, losses, prefix=None, as_list=False):
         super().__init__()
-        self.losses = nn.ModuleList(losses)
+        self.cls_loss = nn.ModuleList(losses) if as_list else losses[0]
         self.prefix = prefix
 
     def _key(self, idx, multi):
@@ -107,7 +114,7 @@ class PostProcess(nn.Module):
                             f"{len(logits)} labels per image; the batch's labels have shape {tuple(label.shape)}")
         if label is not None:
             for idx, logit in enumerate(logits if multi else [logits]):
-                loss_fn = self.losses[idx if len(self.losses) > 1 else 0]
+                loss_fn = self.cls_loss[idx] if isinstance(self.cls_loss, nn.ModuleList) else self.cls_loss
                 out[self._key(idx, multi)] = loss_fn(logit, label[:, idx] if multi else label)
         if not self.training:
             scores = [x.softmax(1) for x in logits] if multi else logits.softmax(1)
@@ -137,8 +144,9 @@ class UPClassifier(nn.Module):
         return {"logits": logits, **post(logits, label)}
 
 
-def build_head(opts, in_planes):
-    """A :class:`ClsHead` from ``base_cls_head`` kwargs; ``in_plane`` must match the backbone."""
+def build_head(opts, in_planes, head_type="base_cls_head"):
+    """The head from ``base_cls_head`` / ``vit_head`` kwargs; ``in_plane`` must match the
+    backbone."""
     num_classes = opts.take("num_classes", types=(int, list))
     heads = num_classes if isinstance(num_classes, list) else [num_classes]
     if not heads or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in heads):
@@ -150,18 +158,27 @@ def build_head(opts, in_planes):
     if in_plane != in_planes[idx]:
         raise ConfigError(opts.at("in_plane"), f"{in_plane} but the backbone's feature {idx} has "
                           f"{in_planes[idx]} channels", f"set in_plane: {in_planes[idx]}")
+    if head_type == "vit_head":
+        from .vit import read_vit_head
+
+        return read_vit_head(opts, in_plane, idx, num_classes), num_classes
     opts.take("use_pool", True, only=True, why="the head pools the backbone's feature map")
     dropout = opts.take("dropout", None, types=(float, type(None)),
                         check=lambda v: None if v is None or 0 <= v < 1 else "must be in [0, 1)")
+    make_classifier = nn.Linear
     kind, kw = sub_options(opts, "classifier_cfg", "classifier")
-    if kind is not None:
+    if kind == "norm_linear":
+        from .cls_plus import read_norm_linear
+
+        make_classifier = read_norm_linear(kw, in_plane, heads[0] if len(heads) == 1 else None)
+    elif kind is not None:
         if kind != "linear":
             raise ConfigError(opts.at("classifier_cfg.type"), f"UP classifier {kind!r} is not mapped",
-                              "only linear (the default)")
+                              "supported: linear (the default), norm_linear")
         kw.take("in_features", in_plane, only=in_plane)
         kw.done()
     opts.done()
-    return ClsHead(in_plane, num_classes, idx, dropout), num_classes
+    return ClsHead(in_plane, num_classes, idx, dropout, make_classifier), num_classes
 
 
 def build_postprocess(opts, num_classes):
@@ -182,7 +199,7 @@ def build_postprocess(opts, num_classes):
     prefix = opts.take("prefix", None, types=(str, type(None)))
     opts.take("multilabel", False, only=False, why="multi-label accuracy is not mapped")
     opts.done()
-    return PostProcess(losses, prefix)
+    return PostProcess(losses, prefix, as_list=isinstance(losses_cfg, list))
 
 
 def build_classifier(net_cfg, path):
@@ -192,9 +209,15 @@ def build_classifier(net_cfg, path):
 
     parts, opts = [], [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), f"{e['type']}")
                        for i, e in enumerate(net_cfg)]
+    from .vit import VITS
+
+    if (net_cfg[1]["type"] == "vit_head") != (net_cfg[0]["type"] in VITS):
+        raise ConfigError(join_path(join_path(path, 1), "type"), f"{net_cfg[1]['type']} does not fit the "
+                          f"{net_cfg[0]['type']} backbone", "vit_head goes with a ViT backbone (it reads the class "
+                          "token), base_cls_head with the others")
     backbone, sync_group = build_backbone(net_cfg[0]["type"], opts[0])
     opts[1].ignore("inplanes", "UP fills it from prev; in_plane is what the head reads")
-    head, num_classes = build_head(opts[1], backbone.out_planes)
+    head, num_classes = build_head(opts[1], backbone.out_planes, net_cfg[1]["type"])
     post = build_postprocess(opts[2], num_classes)
     post.heads_path = join_path(join_path(path, 1), "kwargs.num_classes")
     parts = [(net_cfg[0]["name"], backbone), (net_cfg[1]["name"], head), (net_cfg[2]["name"], post)]
