@@ -205,3 +205,87 @@ def test_train_eval_predict_through_the_cli(tmp_path):
                             "--out", str(tmp_path / "pred")])
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert (tmp_path / "pred" / "predictions.jsonl").exists()
+
+
+# -- UP's improve files ------------------------------------------------------------------------------
+IMPROVE = ["det/retinanet/retinanet-r18-improve.yaml", "det/retinanet/retinanet-r18-improve_cos_iou.yaml"]
+
+
+@pytest.mark.parametrize("rel", IMPROVE)
+def test_up_improve_net_dry_runs_with_the_test_pipeline_for_training(rel, tmp_path):
+    """The net, optimizer and schedule of UP's improve files run here (their training augmentations
+    are another module's: the training pipeline is swapped for the test one)."""
+    from conftest import invoke
+    from test_up_configs import UP_DIR, data_opts
+    from up_trainer.tasks.det.export import export_digits_coco
+
+    with open(f"{UP_DIR}/{rel}", encoding="utf-8") as f:
+        text = f.read()
+    train = ("transformer: [*stitch_expand, *crop, *flip, *color_jitter, *fix_output_resize,\n"
+             "          *to_tensor, *normalize]")
+    assert text.count(train) == 1
+    path = tmp_path / "improve.yaml"
+    path.write_text(text.replace(train, "transformer: [*flip, *test_resize, *to_tensor, *normalize]"))
+    res = invoke(["config", "--config", str(path)])
+    assert res.exit_code == 0 and res.stdout.startswith("# UP form: "), res.stderr or res.exception
+    coco = export_digits_coco(str(tmp_path / "coco"), num_images=4, num_val_images=2, seed=0)
+    run_dir = tmp_path / "run"
+    res = invoke(["train", "--config", str(path), "--work-dir", str(run_dir), "--dry-run", "--device", "cpu",
+                  "--opts", *data_opts(str(path), {"coco": coco})])
+    assert res.exit_code == 0, res.stderr or res.exception
+    assert "dry run: ok" in (run_dir / "train.log").read_text()
+
+
+def _up_net(rel):
+    from test_up_configs import UP_DIR
+
+    with open(f"{UP_DIR}/{rel}", encoding="utf-8") as f:
+        return yaml.safe_load(f)["net"]
+
+
+def test_up_improve_nets_map_every_kwarg():
+    from up_trainer.tasks.up_nets import build_up_net
+
+    plain, iou = (build_up_net(_up_net(rel)) for rel in IMPROVE)
+    for model in (plain, iou):
+        assert model.strides == [8, 16, 32, 64, 128] and model.num_classes == 80
+        assert model.roi_head.num_anchors == 2 and model.criterion.assigner.top_k == 18
+        assert isinstance(model.neck.inner_blocks[0][1], torch.nn.BatchNorm2d)  # FPN normalize: solo_bn
+        assert len(model.neck.extra_blocks.convs) == 2  # downsample: conv
+        # conv weights shared by the levels, BatchNorm per level
+        assert model.roi_head.cls_subnet[0][0][0] is model.roi_head.cls_subnet[4][0][0]
+        assert model.roi_head.cls_subnet[0][0][1] is not model.roi_head.cls_subnet[4][0][1]
+    assert not plain.roi_head.iou_branch and not plain.class_first and plain.criterion.l1_weight == 0
+    assert iou.roi_head.iou_branch and iou.class_first and iou.criterion.l1_weight == 1.0
+    assert plain.predictor.nms_thresh == 0.5 and iou.predictor.nms_thresh == 0.65
+    # UP-named weights: the backbone's and the normalised FPN's names rewritten, the head's kept
+    up_names = {"backbone.layer0.0.weight": "backbone.conv1.weight", "neck.c3_lateral.conv.weight":
+                "neck.inner_blocks.0.0.weight", "neck.c5_lateral.bn.running_mean": "neck.inner_blocks.2.1.running_mean",
+                "neck.p4_conv.bn.weight": "neck.layer_blocks.1.1.weight",
+                "neck.p7_conv.bias": "neck.extra_blocks.convs.1.bias",
+                "roi_head.cls_subnet.3.2.1.weight": "roi_head.cls_subnet.3.2.1.weight",
+                "roi_head.iou_pred.weight": "roi_head.iou_pred.weight"}
+    state = iou.state_dict()
+    assert set(iou.translate_up_weights({k: 0 for k in up_names})) == set(up_names.values()) <= set(state)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda n: n[2]["kwargs"].update(share_subnet=True), "net[2].kwargs.share_subnet"),
+    (lambda n: n[3].update(type="retina_post"), "net[3].type: retina_post with a head with an IoU branch"),
+    (lambda n: n[3]["kwargs"]["cfg"]["roi_supervisor"]["kwargs"].update(use_iou=False),
+     "net[3].kwargs.cfg.roi_supervisor.kwargs.use_iou"),
+    (lambda n: n[3]["kwargs"]["cfg"]["loc_loss"]["kwargs"]["loss_cfg"][0]["kwargs"].update(loss_type="ciou"),
+     "net[3].kwargs.cfg.loc_loss.kwargs.loss_cfg[0].kwargs.loss_type"),
+    (lambda n: n[3]["kwargs"]["cfg"]["anchor_generator"]["kwargs"].update(anchor_scales=[8]),
+     "net[2].kwargs.num_anchors: 2 but anchor_ratios x anchor_scales give 1"),
+    (lambda n: n[3]["kwargs"]["cfg"].update(roi_supervisor={"type": "ota", "kwargs": {}}),
+     "net[3].kwargs.cfg.roi_supervisor.type"),
+])
+def test_up_improve_net_refusals_name_the_kwarg(edit, message):
+    from up_trainer.tasks.up_nets import build_up_net
+
+    net = _up_net(IMPROVE[1])
+    edit(net)
+    with pytest.raises(ConfigError) as err:
+        build_up_net(net)
+    assert message in str(err.value), str(err.value)

@@ -39,7 +39,8 @@ def up_files(*patterns):
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
                     "cls/vision_transformer/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
-                    "det/fcos/fcos-R50-1x.yaml")
+                    "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
+                    "det/retinanet/retinanet-r18-improve_cos_iou.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from
@@ -56,9 +57,11 @@ NO_DATA = {"cls/swin/swin_transformer_base_384.yaml": "dataset.train.kwargs.meta
 DRY_RUN_REFUSED = {"cls/swin/swin_transformer_base_384.yaml": "trainer.optimizer.pconfig.linear: unknown key"}
 
 # Files of the mapped families that still fail because a piece is missing: {file: reason}.
-# (Empty: every mapped file passes; a new gap goes here, marked xfail strict.)
-CONFIG_GAPS = {}
-DRY_RUN_GAPS = {}
+# A new gap goes here, marked xfail strict.
+_IMPROVE_AUG = ("UP's improve augmentations (stitch_expand, crop, fix_output_resize, color_jitter) are not mapped "
+                "yet; the net maps (tests/test_retina_plus.py dry-runs it with the test pipeline)")
+CONFIG_GAPS = {f"det/retinanet/retinanet-r18-improve{s}.yaml": _IMPROVE_AUG for s in ("", "_cos_iou")}
+DRY_RUN_GAPS = dict(CONFIG_GAPS)
 
 # Swin base / large (88M-197M parameters) take 15-60 s each to build and step on a loaded 2-core
 # machine; by default their dry run is left to UP_TRAINER_ALL_UP_DRY_RUNS=1 (they passed when the

@@ -9,6 +9,9 @@ Three shapes are mapped:
   + ``bbox_post`` -> torchvision Faster R-CNN;
 * FCOS: resnet + ``FPN`` + ``FcosHead`` + ``fcos_post`` -> :class:`up_trainer.tasks.det.rcnn_plus.FcosModel`
   (:mod:`.rcnn_plus_net`);
+* the ATSS RetinaNet (UP's "improve" files): resnet + ``FPN`` + ``RetinaHeadWithBN`` /
+  ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` / ``retina_post_iou`` ->
+  :class:`up_trainer.tasks.det.retina_plus.RetinaPlusModel` (:mod:`.retina_plus_net`);
 * YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
 
@@ -27,7 +30,10 @@ FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_pos
 YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
 FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
 CLS_HEADS = ("base_cls_head", "vit_head")
-UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS)
+PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
+PLUS_POSTS = ("retina_post", "retina_post_iou")
+UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
+                    + PLUS_POSTS)
 
 
 def _up_backbones():
@@ -95,7 +101,9 @@ def _shape(net_cfg, path):
                           f"mapped: {', '.join(backbones)}")
     if len(types) == 3 and types[1] in CLS_HEADS and types[2] == CLS_PARTS[1]:
         return "cls"
-    for shape, parts in (("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS), ("fcos", FCOS_PARTS)):
+    plus = len(types) == 4 and types[1] == "FPN" and types[2] in PLUS_HEADS and types[3] in PLUS_POSTS
+    for shape, parts in (("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS), ("fcos", FCOS_PARTS),
+                         ("retina_plus", types[1:] if plus else None)):
         if types[1:] == parts:
             if not types[0].startswith("resnet") or types[0].endswith("_D"):
                 raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is mapped as a "
@@ -103,8 +111,9 @@ def _shape(net_cfg, path):
             return shape
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
                       "mapped: backbone + base_cls_head|vit_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
-                      "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + NaiveRPN + rpn_post + "
-                      "BboxFC_Pre + BboxFC + bbox_post; "
+                      "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + RetinaHeadWithBN|"
+                      "RetinaHeadWithIOU|RetinaHeadWithBNIOU + retina_post|retina_post_iou (ATSS); resnet + FPN + "
+                      "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
 
 
@@ -124,6 +133,10 @@ def build_up_net(net_cfg, path="net"):
         from .rcnn_plus_net import build_fcos_net
 
         return build_fcos_net(net_cfg, path)
+    if shape == "retina_plus":
+        from .retina_plus_net import build_retina_plus_net
+
+        return build_retina_plus_net(net_cfg, path)
     from .det_net import build_detector
 
     return build_detector(shape, net_cfg, path)

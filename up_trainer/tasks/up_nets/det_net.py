@@ -20,12 +20,15 @@ from .backbones import build_resnet
 from .det_parts import UPExtraLevels
 from .det_readers import read_faster, read_retina
 from .keymap import BOX_HEAD, RETINA_HEAD, RPN_HEAD, backbone_rules, fpn_rules, translate
-from .layers import initialize, read_initializer
+from .layers import initialize, norm_layer, read_initializer
 from .options import Options
 
 
-def read_fpn(opts, trunk):
-    """torchvision FPN with UP's extra levels, and its UP naming base (``start_level``)."""
+def read_fpn(opts, trunk, norm_ok=False):
+    """torchvision FPN with UP's extra levels, and its UP naming base (``start_level``).
+    ``norm_ok``: UP's ``normalize`` is honoured (a norm after every lateral and output conv,
+    which then have no bias; the extra levels' convs stay plain, as in UP); the torchvision
+    RetinaNet / Faster R-CNN mappings keep plain FPN convs."""
     from torchvision.ops import FeaturePyramidNetwork
 
     inplanes = opts.take("inplanes", trunk.out_planes, types=list)
@@ -41,13 +44,17 @@ def read_fpn(opts, trunk):
                            "expected pool or conv")
     opts.take("upsample", "nearest", only="nearest", why="torchvision's FPN upsamples with nearest")
     opts.take("align_corners", True, types=(bool, type(None)))  # no effect with nearest upsampling
-    opts.take("normalize", None, only=None, why="torchvision's FPN here has plain convolutions")
+    norm = None
+    if norm_ok and opts.kwargs.get("normalize") is not None:
+        norm, _ = norm_layer(opts)
+    else:
+        opts.take("normalize", None, only=None, why="torchvision's FPN here has plain convolutions")
     use_p5 = opts.take("use_p5", False, types=bool)
     opts.take("skip", False, only=False)
     init = read_initializer(opts)
     opts.done()
     extra = UPExtraLevels(num_level - len(inplanes), downsample, out, use_p5)
-    fpn = FeaturePyramidNetwork(inplanes, out, extra_blocks=extra)
+    fpn = FeaturePyramidNetwork(inplanes, out, extra_blocks=extra, norm_layer=norm)
     extra.attach(fpn)
     initialize(fpn, init)
     fpn.up_start_level, fpn.out_channels = start, out

@@ -52,8 +52,10 @@ def fpn_rules(start, n_in, n_extra):
     """UP's FPN: c{level}_lateral and p{level}_conv per backbone level, p{level}_conv for the
     stride-2 convs above them (level = start_level + index)."""
     rules = []
-    for i in range(n_in):
-        rules += [(rf"^c{start + i}_lateral\.", f"inner_blocks.{i}.0."), (rf"^p{start + i}_conv\.", f"layer_blocks.{i}.0.")]
+    for i in range(n_in):  # with UP's normalize: {conv, bn|gn} inside each; torchvision's Sequential(conv, norm)
+        for up, ours in ((f"c{start + i}_lateral", f"inner_blocks.{i}"), (f"p{start + i}_conv", f"layer_blocks.{i}")):
+            rules += [(rf"^{up}\.conv\.", f"{ours}.0."), (rf"^{up}\.(bn|gn)\.", f"{ours}.1."),
+                      (rf"^{up}\.", f"{ours}.0.")]
     for j in range(n_extra):
         rules.append((rf"^p{start + n_in + j}_conv\.", f"extra_blocks.convs.{j}."))
     return r"^c\d+_lateral\.", rules

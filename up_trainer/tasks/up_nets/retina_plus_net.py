@@ -1,0 +1,240 @@
+"""UP's improved RetinaNet net lists assembled from :mod:`up_trainer.tasks.det.retina_plus`.
+
+resnet + ``FPN`` + ``RetinaHeadWithBN`` / ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` +
+``retina_post`` / ``retina_post_iou`` (with the ``atss`` supervisor) -> :class:`RetinaPlusModel`.
+Every kwarg of those entries is honoured or refused in one line naming it, with UP's defaults
+where a file leaves one out:
+
+- ``RetinaHeadWithBN`` / ``RetinaHeadWithBNIOU``: tower convs shared by all levels, a norm per
+  level (``normalize``, BatchNorm by default); ``RetinaHeadWithIOU``: one tower for all levels,
+  plain or with the given norm; the ``*IOU`` heads add the IoU branch, which needs
+  ``retina_post_iou`` (and that post-process needs an IoU head);
+- ``retina_post_iou`` lays the class channels out class-major (UP's ``class_first``), so
+  UP-trained weights load unchanged;
+- ``num_classes`` counts the background (81 for COCO); the model predicts ``num_classes - 1``.
+"""
+from functools import partial
+
+from ...errors import ConfigError, join_path
+from .det_net import read_fpn
+from .keymap import backbone_rules, fpn_rules, translate
+from .layers import initialize, norm_layer, read_initializer
+from .options import Options, sub_options
+
+HEADS = {"RetinaHeadWithBN": (True, False), "RetinaHeadWithIOU": (False, True),
+         "RetinaHeadWithBNIOU": (True, True)}  # type -> (norm per level, IoU branch)
+POSTS = ("retina_post", "retina_post_iou")
+
+
+def _typed(cfg, key, allowed, what, default=None):
+    kind, kw = sub_options(cfg, key, what, default=default)
+    if kind is None:
+        raise ConfigError(cfg.at(key), f"required by UP's {cfg.what}")
+    if kind not in allowed:
+        raise ConfigError(cfg.at(f"{key}.type"), f"UP {what} {kind!r} is not mapped for the ATSS RetinaNet",
+                          f"supported: {', '.join(allowed)}")
+    return kind, kw
+
+
+def _weight(kw):
+    weight = kw.take("loss_weight", 1.0, types=float)
+    kw.take("reduction", "mean", types=str, only="mean")
+    kw.ignore("name", "a log label")
+    return weight
+
+
+def _classes(opts, key="num_classes", want=None):
+    if want is not None:
+        return opts.take(key, want, types=int, only=want, why="the head's num_classes")
+    return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
+
+
+# -- the head --------------------------------------------------------------------------------
+def read_head(kind, opts, channels, levels):
+    from ..det.retina_plus import RetinaPlusHead
+
+    per_level, iou = HEADS[kind]
+    opts.take("inplanes", channels, types=(int, list), check=lambda v: None if v == channels or (
+        isinstance(v, list) and v and all(c == channels for c in v)) else f"the FPN gives {channels} channels")
+    feat = opts.take("feat_planes", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    num_classes = _classes(opts)
+    norm, sync = None, None
+    if per_level or opts.kwargs.get("normalize") is not None:
+        norm, sync = norm_layer(opts)
+    else:
+        opts.take("normalize", None)
+    init = read_initializer(opts)
+    num_conv = opts.take("num_conv", 4, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    opts.take("num_level", 5, types=int, only=levels, why=f"the FPN gives {levels} levels")
+    opts.take("class_activation", "sigmoid", types=str, only="sigmoid", why="QFL scores classes with sigmoids")
+    prior = opts.take("init_prior", 0.01, types=float, check=lambda v: None if 0 < v < 1 else "must be in (0, 1)")
+    num_anchors = opts.take("num_anchors", 1 if kind == "RetinaHeadWithIOU" else 9, types=int,
+                            check=lambda v: None if v >= 1 else "must be >= 1")
+    opts.take("share_subnet", False, types=bool, only=False,
+              why="one tower for classes and boxes is not mapped (UP's IoU heads cannot run with it)")
+    opts.take("share_location", True, types=bool, only=True, why="one box per anchor, shared by all classes")
+    opts.done()
+    head = RetinaPlusHead(channels, num_classes - 1, num_anchors, levels, feat, num_conv, norm,
+                          norm_per_level=per_level, iou_branch=iou, prior=prior)
+    if init is not None:  # UP initialises the whole head, then sets the class prior bias again
+        initialize(head, init)
+        head.init_prior(prior)
+    return head, num_classes, sync
+
+
+# -- the post-process ------------------------------------------------------------------------
+def _loc_terms(cfg):
+    """(giou weight, l1 weight) of ``loc_loss``: iou_loss (giou) or compose_loc_loss of them + l1_loss."""
+    kind, kw = _typed(cfg, "loc_loss", ("iou_loss", "compose_loc_loss"), "loss")
+    if kind == "iou_loss":
+        terms = [(kind, kw)]
+    else:
+        kw.ignore("name", "a log label")
+        entries = kw.take("loss_cfg", types=list, check=lambda v: None if v else "needs at least one loss")
+        kw.done()
+        terms = []
+        for i, entry in enumerate(entries):
+            at = join_path(kw.at("loss_cfg"), i)
+            if not isinstance(entry, dict) or set(entry) - {"type", "kwargs"} or "type" not in entry:
+                raise ConfigError(at, f"expected {{type, kwargs}}, got {entry!r}")
+            if entry["type"] not in ("iou_loss", "l1_loss"):
+                raise ConfigError(join_path(at, "type"), f"UP loss {entry['type']!r} is not mapped in "
+                                  "compose_loc_loss", "supported: iou_loss, l1_loss")
+            terms.append((entry["type"], Options(entry.get("kwargs"), join_path(at, "kwargs"),
+                                                 f"loss {entry['type']!r}")))
+    giou, l1 = 0.0, 0.0
+    for kind, kw in terms:
+        if kind == "iou_loss":
+            kw.take("loss_type", "iou", types=str, only="giou", why="the ATSS RetinaNet's box loss is 1 - GIoU")
+            giou += _weight(kw)
+        else:
+            kw.take("scale_type", "linear", types=str, only="linear")
+            kw.take("code_weights", None, only=None)
+            l1 += _weight(kw)
+        kw.done()
+    if not giou:
+        raise ConfigError(cfg.at("loc_loss"), "needs an iou_loss (giou) term", "add {type: iou_loss, kwargs: "
+                          "{loss_type: giou}}")
+    return giou, l1
+
+
+def _anchors(cfg):
+    _, kw = _typed(cfg, "anchor_generator", ("hand_craft",), "anchor generator")
+    ratios = kw.take("anchor_ratios", types=list)
+    scales = kw.take("anchor_scales", types=list)
+    kw.take("anchor_strides", None, only=None, why="the strides are the feature pyramid's")
+    kw.done()
+    return [float(r) for r in ratios], [float(s) for s in scales]
+
+
+def _predictor(cfg):
+    kind, pred = _typed(cfg, "roi_predictor", ("base", "base_multicls"), "predictor")
+    score = pred.take("pre_nms_score_thresh", types=float, check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
+    pre = pred.take("pre_nms_top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    post = pred.take("post_nms_top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    pred.take("roi_min_size", 0, only=0, why="boxes of any size are kept")
+    pred.take("clip_box", True, only=True)
+    pred.take("nms", None, only=None, why="NMS runs in the merger, over all levels")
+    if kind == "base":
+        pred.take("share_location", True, only=True)
+    _, merger = _typed(pred, "merger", ("retina", "retina_multicls"), "merger")
+    top = merger.take("top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    nms = merger.take("nms", types=dict)
+    if set(nms) - {"type", "nms_iou_thresh"} or nms.get("type", "naive") != "naive" \
+            or not isinstance(nms.get("nms_iou_thresh"), (int, float)):
+        raise ConfigError(merger.at("nms"), f"{nms} is not mapped", "expected {type: naive, nms_iou_thresh: x}")
+    merger.done()
+    pred.done()
+    return dict(kind=kind, score_thresh=score, pre_nms_top_n=pre, post_nms_top_n=post,
+                nms_thresh=float(nms["nms_iou_thresh"]), detections_per_img=top)
+
+
+def read_post(kind, opts, num_classes, iou_head, type_path):
+    iou_post = kind == "retina_post_iou"
+    if iou_post != iou_head:
+        raise ConfigError(type_path, f"{kind} with a head {'with' if iou_head else 'without'} an IoU branch is "
+                          "not mapped", "RetinaHeadWithBN + retina_post, or RetinaHeadWithIOU / "
+                          "RetinaHeadWithBNIOU + retina_post_iou")
+    _classes(opts, want=num_classes)
+    opts.ignore("prefix", "a log label")
+    class_first = opts.take("class_first", iou_post, types=bool)
+    if iou_post:
+        opts.ignore("export_iou", "a deployment output option")
+    cfg = opts.sub("cfg")
+    for key in ("train", "test"):
+        cfg.take(key, None, only=None, why="one setting serves training and evaluation")
+    _, qfl = _typed(cfg, "cls_loss", ("quality_focal_loss",), "classification loss")
+    beta = qfl.take("gamma", types=float, check=lambda v: None if v >= 0 else "must be >= 0")
+    qfl.take("init_prior", 0.01, types=float)  # UP's loss does not read it: the head's init_prior sets the bias
+    qfl.take("ignore_index", -1, types=int, only=-1)
+    qfl.take("dynamic_normalizer", False, types=bool, only=False, why="QFL is divided by the positive count")
+    qfl.take("use_sigmoid", True, types=bool, only=True)
+    cls_weight = _weight(qfl)
+    qfl.done()
+    giou, l1 = _loc_terms(cfg)
+    iou_weight = 1.0
+    if iou_post:
+        _, bce = _typed(cfg, "iou_branch_loss", ("sigmoid_cross_entropy",), "IoU-branch loss")
+        bce.take("ignore_index", -1, types=int, only=-1)
+        bce.take("init_prior", 0.5, types=float)  # UP's loss does not read it
+        iou_weight = _weight(bce)
+        bce.done()
+    ratios, scales = _anchors(cfg)
+    _, sup = _typed(cfg, "roi_supervisor", ("atss",), "supervisor")
+    top_k = sup.take("top_n", 9, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    sup.take("use_centerness", False, types=bool, only=False, why="centerness targets are not mapped")
+    sup.take("use_iou", iou_post, types=bool, only=iou_post,
+             why="IoU targets go with retina_post_iou (UP's other combinations cannot run)")
+    sup.take("gt_encode", True, types=bool, only=True)
+    sup.ignore("return_gts", "an output for debugging")
+    sup.done()
+    predictor = _predictor(cfg)
+    cfg.done()
+    opts.done()
+    return dict(beta=beta, cls_weight=cls_weight, giou_weight=giou, l1_weight=l1, iou_weight=iou_weight,
+                ratios=ratios, scales=scales, top_k=top_k, predictor=predictor, class_first=class_first)
+
+
+# -- the model -------------------------------------------------------------------------------
+def build_retina_plus_net(net_cfg, path):
+    from ..det.retina_plus import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
+    from .backbones import build_resnet
+    from .det_parts import up_cell_anchors
+
+    opts = [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]
+    kind = net_cfg[0]["type"]
+    trunk, sync = build_resnet(kind, opts[0])
+    if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):
+        raise ConfigError(opts[0].at("out_layers"), f"{trunk.out_layers}: an FPN needs consecutive stages up to 4")
+    fpn = read_fpn(opts[1], trunk, norm_ok=True)
+    levels = len(fpn.out_strides)
+    head, num_classes, head_sync = read_head(net_cfg[2]["type"], opts[2], fpn.out_channels, levels)
+    post = read_post(net_cfg[3]["type"], opts[3], num_classes, head.iou_branch, join_path(join_path(path, 3), "type"))
+    anchors = len(post["ratios"]) * len(post["scales"])
+    if anchors != head.num_anchors:
+        raise ConfigError(opts[2].at("num_anchors"), f"{head.num_anchors} but anchor_ratios x anchor_scales give "
+                          f"{anchors}")
+    coder = box_coder()
+    criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
+                                    post["l1_weight"], head.iou_branch, post["iou_weight"])
+    cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
+    model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
+                            fpn.out_strides, cells, class_first=post["class_first"])
+    model.num_classes_counts_background = True
+    model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
+    model.sync_bn_group_size = sync if sync is not None else head_sync
+    model.up_part_names = [e["name"] for e in net_cfg]
+    n_in = len(trunk.out_layers)
+    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3],
+                                         rules={"backbone": backbone_rules(kind),
+                                                "neck": fpn_rules(fpn.up_start_level, n_in, levels - n_in)})
+    return model
+
+
+def translate_up_weights(state, names, rules):
+    """``state`` with UP's entry names (``names`` of backbone, neck, head) and UP's backbone / FPN
+    parameter names rewritten to the model's; the head's names are UP's already."""
+    ours = ("backbone", "neck", "roi_head")
+    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ours) if up != own}
+    state = {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}
+    return translate(state, rules)
