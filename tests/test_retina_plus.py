@@ -211,31 +211,6 @@ def test_train_eval_predict_through_the_cli(tmp_path):
 IMPROVE = ["det/retinanet/retinanet-r18-improve.yaml", "det/retinanet/retinanet-r18-improve_cos_iou.yaml"]
 
 
-@pytest.mark.parametrize("rel", IMPROVE)
-def test_up_improve_net_dry_runs_with_the_test_pipeline_for_training(rel, tmp_path):
-    """The net, optimizer and schedule of UP's improve files run here (their training augmentations
-    are another module's: the training pipeline is swapped for the test one)."""
-    from conftest import invoke
-    from test_up_configs import UP_DIR, data_opts
-    from up_trainer.tasks.det.export import export_digits_coco
-
-    with open(f"{UP_DIR}/{rel}", encoding="utf-8") as f:
-        text = f.read()
-    train = ("transformer: [*stitch_expand, *crop, *flip, *color_jitter, *fix_output_resize,\n"
-             "          *to_tensor, *normalize]")
-    assert text.count(train) == 1
-    path = tmp_path / "improve.yaml"
-    path.write_text(text.replace(train, "transformer: [*flip, *test_resize, *to_tensor, *normalize]"))
-    res = invoke(["config", "--config", str(path)])
-    assert res.exit_code == 0 and res.stdout.startswith("# UP form: "), res.stderr or res.exception
-    coco = export_digits_coco(str(tmp_path / "coco"), num_images=4, num_val_images=2, seed=0)
-    run_dir = tmp_path / "run"
-    res = invoke(["train", "--config", str(path), "--work-dir", str(run_dir), "--dry-run", "--device", "cpu",
-                  "--opts", *data_opts(str(path), {"coco": coco})])
-    assert res.exit_code == 0, res.stderr or res.exception
-    assert "dry run: ok" in (run_dir / "train.log").read_text()
-
-
 def _up_net(rel):
     from test_up_configs import UP_DIR
 

@@ -1,10 +1,11 @@
 """UP's own config files (tests/data/up, copied unchanged from UP) run here.
 
 - The families this project maps (cls: resnet, mobilenetv2, regnet, swin; det: retinanet-r50_1x*,
-  faster_rcnn_r50_fpn_1x, yolox) pass ``up config`` unchanged, and ``up train --dry-run`` with only
-  data paths, image size and batch size changed by ``--opts``, on tiny generated data: a UP ``cls``
-  meta file + digit images, and a small COCO set of digit scenes. The image size of a YOLOX
-  pipeline is the mosaic's ``tar_size`` (and the perspective ``border``, minus half of it), the
+  faster_rcnn_r50_fpn_1x, yolox, fcos-R50-1x, retinanet-r18-improve and its cos_iou variant) pass
+  ``up config`` unchanged, and ``up train --dry-run`` with only data paths, image size and batch
+  size changed by ``--opts``, on tiny generated data: a UP ``cls`` meta file + digit images, and a
+  small COCO set of digit scenes (the improve files' crop ``scale`` and ``fix_output_resize``
+  output [h, w] are image sizes too). The image size of a YOLOX pipeline is the mosaic's ``tar_size`` (and the perspective ``border``, minus half of it), the
   mixup ``input_size`` and the resizes' ``max_size`` / ``random_size``, wherever they are
   written (the yolox_noaug hook's pipeline too).
 - Every other UP cls/det file passes ``up config`` or exits 2 with one line (``up config`` only:
@@ -57,11 +58,9 @@ NO_DATA = {"cls/swin/swin_transformer_base_384.yaml": "dataset.train.kwargs.meta
 DRY_RUN_REFUSED = {"cls/swin/swin_transformer_base_384.yaml": "trainer.optimizer.pconfig.linear: unknown key"}
 
 # Files of the mapped families that still fail because a piece is missing: {file: reason}.
-# A new gap goes here, marked xfail strict.
-_IMPROVE_AUG = ("UP's improve augmentations (stitch_expand, crop, fix_output_resize, color_jitter) are not mapped "
-                "yet; the net maps (tests/test_retina_plus.py dry-runs it with the test pipeline)")
-CONFIG_GAPS = {f"det/retinanet/retinanet-r18-improve{s}.yaml": _IMPROVE_AUG for s in ("", "_cos_iou")}
-DRY_RUN_GAPS = dict(CONFIG_GAPS)
+# (Empty: every mapped file passes; a new gap goes here, marked xfail strict.)
+CONFIG_GAPS = {}
+DRY_RUN_GAPS = {}
 
 # Swin base / large (88M-197M parameters) take 15-60 s each to build and step on a loaded 2-core
 # machine; by default their dry run is left to UP_TRAINER_ALL_UP_DRY_RUNS=1 (they passed when the
@@ -139,8 +138,11 @@ def size_opts(pre, transforms):
         if "size" in tk:
             size = IMAGE_SIZE + 4 if t["type"] == "torch_resize" else IMAGE_SIZE
             opts.append(f"{pre}.{i}.kwargs.size={size}")
-        if "scales" in tk:
-            opts.append(f"{pre}.{i}.kwargs.scales=[{DET_SCALE}]")
+        if "scales" in tk:  # fix_output_resize: the output [h, w]
+            scales = [DET_SCALE, DET_SCALE] if t["type"] == "fix_output_resize" else [DET_SCALE]
+            opts.append(f"{pre}.{i}.kwargs.scales={scales}")
+        if t["type"] == "crop" and "scale" in tk:  # UP's improve crop: the window's side
+            opts.append(f"{pre}.{i}.kwargs.scale={DET_SCALE}")
         if "max_size" in tk:
             opts.append(f"{pre}.{i}.kwargs.max_size={DET_MAX}")
         if "random_size" in tk:
