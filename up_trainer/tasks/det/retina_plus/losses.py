@@ -85,7 +85,8 @@ class RetinaPlusCriterion:
             pos_boxes.append(target["boxes"][matched[hit]].to(deltas.dtype))
         labels = torch.stack(labels)
         pos_img, pos_anchor, pos_boxes = torch.cat(pos_img), torch.cat(pos_anchor), torch.cat(pos_boxes)
-        num_pos = mean_over_processes(torch.tensor(float(pos_anchor.numel())))
+        # on the outputs' device: NCCL reduces CUDA tensors only
+        num_pos = mean_over_processes(torch.tensor(float(pos_anchor.numel()), device=deltas.device))
 
         pos_deltas = deltas[pos_img, pos_anchor]
         pred_boxes = self.box_coder.decode_single(pos_deltas, anchors[pos_anchor])

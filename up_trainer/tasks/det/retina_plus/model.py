@@ -76,8 +76,10 @@ class RetinaPlusModel(nn.Module):
             batch = {"image": batch}
         x, sizes = self.batch_images(batch["image"])
         feats = self.features(x)
-        outputs = flatten_outputs(self.roi_head(feats), self.class_first)
-        anchors = self.anchors(feats)
+        # decoding, IoUs and losses in float32 (under autocast the head's outputs may be half / bfloat16)
+        outputs = {k: None if v is None else v.float()
+                   for k, v in flatten_outputs(self.roi_head(feats), self.class_first).items()}
+        anchors = [a.float() for a in self.anchors(feats)]
         targets = batch.get("target")
         if self.training:
             if targets is None:
