@@ -180,3 +180,59 @@ def test_eql_net_collects_logit_gradients_through_the_gradient_collector_hook():
     assert torch.allclose(eql.neg_grad, (d.abs() * (1 - F.one_hot(label, 3))).sum(0), atol=1e-6)
     assert out["logits"].abs().max() <= 10 + 1e-5  # cosine logits times the temperature
     hook.after_train(None)
+
+
+# -- MobileNetV3 in UP's block order -------------------------------------------------------------
+def mobilenetv3(mode):
+    from up_trainer.tasks.up_nets.mobilenetv3 import build_mobilenetv3
+
+    kw = {"mode": mode, "out_strides": [32], "normalize": {"type": "solo_bn"}}
+    return build_mobilenetv3(Options(kw, "net[0].kwargs", "mobilenetv3"))[0]
+
+
+def test_mobilenetv3_puts_squeeze_excite_before_the_activation():
+    from up_trainer.tasks.up_nets.mobilenetv3 import SqueezeExcite
+
+    trunk = mobilenetv3("large")
+    block = trunk.features[4]  # kernel 5, expansion 72, SE, ReLU, stride 2
+    kinds = [type(m).__name__ for m in block.conv]
+    assert kinds == ["Conv2d", "BatchNorm2d", "ReLU", "Conv2d", "BatchNorm2d", "SqueezeExcite", "ReLU", "Conv2d",
+                     "BatchNorm2d"]
+    assert block.conv[3].groups == 72 and block.conv[3].stride == (2, 2)
+    se = SqueezeExcite(8)
+    assert [m.bias for m in se.fc if isinstance(m, nn.Linear)] == [None, None] and se.fc[0].out_features == 2
+    nn.init.zeros_(se.fc[2].weight)  # hard sigmoid(0) = 1/2
+    x = torch.randn(2, 8, 3, 3)
+    assert torch.allclose(se(x), x / 2)
+    with torch.no_grad():
+        assert trunk.eval()(torch.randn(1, 3, 64, 64))[0].shape == (1, 1280, 1, 1)
+
+
+def test_mobilenetv3_large_parameters_differ_from_torchvision_by_the_squeeze_excite_only():
+    import torchvision
+
+    up = n_params(mobilenetv3("large")) + 1280 * 1000 + 1000  # + base_cls_head
+    tv = n_params(torchvision.models.mobilenet_v3_large())
+    # torchvision's SE: 1x1 convs with biases, squeeze width rounded up to 8 (UP: exp // 4, no bias).
+    # (expansion, torchvision squeeze, UP squeeze) of the eight SE blocks:
+    se = [(72, 24, 18), (120, 32, 30), (120, 32, 30), (480, 120, 120), (672, 168, 168), (672, 168, 168),
+          (960, 240, 240), (960, 240, 240)]
+    assert tv - up == sum(2 * e * (s_tv - s_up) + s_tv + e for e, s_tv, s_up in se)
+    assert round(up / 1e6, 1) == 5.5
+    small = n_params(mobilenetv3("small"))
+    assert small < n_params(mobilenetv3("large")) / 2
+
+
+def test_up_vit_weights_are_renamed_to_torchvision_names():
+    from up_trainer.tasks.up_nets.keymap import backbone_rules, translate
+
+    up_names = {"backbone.embedding.weight": 1, "backbone.cls_token": 2, "backbone.pos_embedding": 3,
+                "backbone.layers.encoder_0.norm1.weight": 4, "backbone.layers.encoder_0.attention.to_qkv.weight": 5,
+                "backbone.layers.encoder_0.attention.to_qkv.bias": 6,
+                "backbone.layers.encoder_0.attention.to_out.bias": 7,
+                "backbone.layers.encoder_11.feedforward.mlp2.weight": 8, "backbone.encoder_norm.bias": 9,
+                "head.classifier.weight": 10}
+    ours = translate(up_names, {"backbone": backbone_rules("vit_base_patch16_224")})
+    trunk = tiny_vit(depth=12)
+    names = {f"backbone.{k}" for k in trunk.state_dict()} | {"head.classifier.weight"}
+    assert set(ours) <= names and len(ours) == len(up_names)

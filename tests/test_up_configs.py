@@ -38,7 +38,7 @@ def up_files(*patterns):
 
 
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
-                    "cls/vision_transformer/*.yaml",
+                    "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
                     "det/retinanet/retinanet-r18-improve_cos_iou.yaml")

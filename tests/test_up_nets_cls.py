@@ -21,10 +21,6 @@ REFUSED = {
     "cswin/cswin_base.yaml": "net[0].type: CSWin_96_24322_base_224 is UP's CSWin-B",
     "cswin/cswin_small.yaml": "net[0].type: CSWin_64_24322_small_224 is UP's CSWin-S",
     "cswin/cswin_tiny.yaml": "net[0].type: CSWin_64_12211_tiny_224 is UP's CSWin-T",
-    "mobilenetv3/mbv3_large_1.0_batch1k_epoch350_coslr_nesterov_wd0.00003_bn_nowd_fp16_ema0.9999_dropout0.2.yaml":
-        "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
-    "mobilenetv3/mbv3_small_1.0_batch1k_epoch350_coslr_nesterov_wd0.00003_bn_nowd_fp16_ema0.9999_dropout0.2.yaml":
-        "net[0].type: mobilenetv3 is UP's MobileNetV3 backbone",
     # UP's own base_cls_head has no such argument: the file fails in UP too.
     "resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
 }

@@ -25,7 +25,7 @@ REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the
     "regnety_400m": dict(depth=16, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25),
 }
 SWINS = ("swin_tiny", "swin_small", "swin_base_224", "swin_base_384", "swin_large_224", "swin_large_384")
-BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2",) + tuple(REGNETS) + SWINS + tuple(VITS)
+BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2", "mobilenetv3") + tuple(REGNETS) + SWINS + tuple(VITS)
 
 
 class Trunk(nn.Module):
@@ -291,6 +291,10 @@ def build_backbone(mtype, opts):
         return build_regnet(mtype, opts)
     if mtype in VITS:
         return build_vit(mtype, opts)
+    if mtype == "mobilenetv3":
+        from .mobilenetv3 import build_mobilenetv3
+
+        return build_mobilenetv3(opts)
     return build_swin(opts)
 
 

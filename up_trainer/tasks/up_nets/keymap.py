@@ -28,17 +28,31 @@ _SWIN = [
     (r"^layers\.(\d+)\.downsample\.", lambda m: f"features.{2 * int(m[1]) + 2}."),
     (r"\.mlp\.fc1\.", ".mlp.0."), (r"\.mlp\.fc2\.", ".mlp.3."), (r"^norm3\.", "norm."),
 ]
-RULES = {"resnet": _RESNET, "mobilenetv2": _MOBILENETV2, "regnet": _REGNET, "swin": _SWIN}
+_VIT = [
+    (r"^layers\.encoder_(\d+)\.", r"encoder.layers.encoder_layer_\1."), (r"\.norm1\.", ".ln_1."), (r"\.norm2\.", ".ln_2."),
+    (r"\.attention\.to_qkv\.weight$", ".self_attention.in_proj_weight"),
+    (r"\.attention\.to_qkv\.bias$", ".self_attention.in_proj_bias"),
+    (r"\.attention\.to_out\.", ".self_attention.out_proj."),
+    (r"\.feedforward\.mlp1\.", ".mlp.0."), (r"\.feedforward\.mlp2\.", ".mlp.3."),
+    (r"^embedding\.", "conv_proj."), (r"^cls_token$", "class_token"), (r"^pos_embedding$", "encoder.pos_embedding"),
+    (r"^encoder_norm\.", "encoder.ln."),
+]
+# UP's mobilenetv3 is built with UP's own module names: nothing to rename.
+RULES = {"resnet": _RESNET, "mobilenetv2": _MOBILENETV2, "regnet": _REGNET, "swin": _SWIN, "vit": _VIT,
+         "mobilenetv3": []}
 # A name only UP's layout has: a file holding one is UP-named (UP's and our names overlap, e.g.
 # MobileNetV2's ``features.1.conv.3``, so names are never translated one by one).
 SIGNATURES = {"resnet": r"^layer0\.", "mobilenetv2": r"^features\.\d+\.conv\.6\.", "regnet": r"^stem\.conv\.",
-              "swin": r"^(patch_embed|layers)\."}
+              "swin": r"^(patch_embed|layers)\.", "vit": r"^(embedding\.|cls_token$|layers\.encoder_)",
+              "mobilenetv3": r"$^"}
 
 
 def family(backbone_type):
-    for prefix in ("resnet", "mobilenetv2", "regnet", "swin"):
+    for prefix in ("resnet", "mobilenetv2", "mobilenetv3", "regnet", "swin"):
         if backbone_type.startswith(prefix):
             return prefix
+    if backbone_type.startswith(("vit_", "deit_")):
+        return "vit"
     raise KeyError(backbone_type)
 
 

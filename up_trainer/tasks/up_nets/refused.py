@@ -15,7 +15,6 @@ REFUSED = {
     "CSWin_64_12211_tiny_224": ("CSWin-T transformer backbone", "swin_tiny (UP form) or net: {type: swin_t}"),
     "CSWin_64_24322_small_224": ("CSWin-S transformer backbone", "swin_small (UP form) or net: {type: swin_s}"),
     "CSWin_96_24322_base_224": ("CSWin-B transformer backbone", "swin_base_224 (UP form) or net: {type: swin_b}"),
-    "mobilenetv3": ("MobileNetV3 backbone", "net: {type: mobilenet_v3_large|mobilenet_v3_small}"),
     "fpn_cls_head": ("classification head on FPN levels (multitask)", _CLS),
     "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
