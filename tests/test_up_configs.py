@@ -41,7 +41,8 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
-                    "det/retinanet/retinanet-r18-improve_cos_iou.yaml")
+                    "det/retinanet/retinanet-r18-improve_cos_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
+                    "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from
@@ -49,6 +50,7 @@ OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 REFUSED = {
     "cls/resnet/res50_softmax_eql.yaml": "dataset.test.kwargs.save_score: unknown argument",
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
+    "det/rfcn/rfcn-R101-1x.yaml": "net[3].kwargs.cfg.roipooling.method: roialignpool is not mapped for R-FCN",
     "det/yolox/yolox_fpga.yaml": "net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox",
 }
 # A file that gives no data path at all: ``up config`` says so in one line.
@@ -67,6 +69,10 @@ DRY_RUN_GAPS = {}
 # list was made). ``up config`` still builds and checks them (net on the meta device), and the
 # dry runs of swin_tiny / swin_small run the same code.
 BIG = {f"cls/swin/swin_transformer_{name}.yaml" for name in ("base_224", "large_224", "large_384")}
+# The C4 Faster R-CNN runs ResNet-50's stage 5 on every sampled RoI (up to 2 x 512 of 7 x 7), the
+# Cascade R-CNN three 12544 x 1024 FC stages and their RoIAlign backward on 2 x 512 RoIs: 10-50 s a
+# step on 2 busy cores. tests/test_rcnn_plus.py trains the same code at resnet18 size.
+BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml"}
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 

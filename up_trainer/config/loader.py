@@ -61,15 +61,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader, node, deep=False):
+    """A mapping; a key given twice is an error unless both values are equal (then nothing is
+    lost: UP's own cascade file repeats ``bbox_score_thresh: 0.0``)."""
     seen = {}
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            mark = key_node.start_mark
-            raise ConfigError(f"{mark.name}:{mark.line + 1}", f"duplicate key {key!r} (first at line {seen[key] + 1})")
-        seen[key] = key_node.start_mark.line
+            first_line, first_value = seen[key]
+            if loader.construct_object(value_node, deep=True) != loader.construct_object(first_value, deep=True):
+                mark = key_node.start_mark
+                raise ConfigError(f"{mark.name}:{mark.line + 1}",
+                                  f"duplicate key {key!r} with another value (first at line {first_line + 1})")
+        seen[key] = (key_node.start_mark.line, value_node)
     loader.flatten_mapping(node)
     return dict(loader.construct_pairs(node, deep=deep))
 

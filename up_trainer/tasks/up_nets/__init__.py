@@ -12,6 +12,9 @@ Three shapes are mapped:
 * the ATSS RetinaNet (UP's "improve" files): resnet + ``FPN`` + ``RetinaHeadWithBN`` /
   ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` / ``retina_post_iou`` ->
   :class:`up_trainer.tasks.det.retina_plus.RetinaPlusModel` (:mod:`.retina_plus_net`);
+* Faster R-CNN C4 (``BboxRes5_Pre`` + ``BboxRes5``), R-FCN (``BboxRFCN_Pre`` + ``BboxRFCN``),
+  Cascade R-CNN (``FPN`` + ``CascadeFC``) -> :class:`up_trainer.tasks.det.rcnn_plus.TwoStageModel`
+  (:mod:`.rcnn_plus_net`);
 * YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
 
@@ -32,8 +35,9 @@ FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
 CLS_HEADS = ("base_cls_head", "vit_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
 PLUS_POSTS = ("retina_post", "retina_post_iou")
+TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS)
+                    + PLUS_POSTS + TWO_STAGE_TYPES)
 
 
 def _up_backbones():
@@ -101,6 +105,14 @@ def _shape(net_cfg, path):
                           f"mapped: {', '.join(backbones)}")
     if len(types) == 3 and types[1] in CLS_HEADS and types[2] == CLS_PARTS[1]:
         return "cls"
+    from .rcnn_plus_net import two_stage_shape
+
+    two_stage = two_stage_shape(types[1:])
+    if two_stage:
+        if types[0] not in ("resnet18", "resnet34", "resnet50", "resnet101"):
+            raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is not mapped for "
+                              f"{two_stage}", "detection backbones: resnet18/34/50/101")
+        return two_stage
     plus = len(types) == 4 and types[1] == "FPN" and types[2] in PLUS_HEADS and types[3] in PLUS_POSTS
     for shape, parts in (("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS), ("fcos", FCOS_PARTS),
                          ("retina_plus", types[1:] if plus else None)):
@@ -113,7 +125,9 @@ def _shape(net_cfg, path):
                       "mapped: backbone + base_cls_head|vit_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
                       "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + RetinaHeadWithBN|"
                       "RetinaHeadWithIOU|RetinaHeadWithBNIOU + retina_post|retina_post_iou (ATSS); resnet + FPN + "
-                      "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; "
+                      "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; resnet + NaiveRPN + rpn_post + "
+                      "BboxRes5_Pre + BboxRes5 + bbox_post; resnet + NaiveRPN + retina_post + BboxRFCN_Pre + "
+                      "BboxRFCN + bbox_post; resnet + FPN + NaiveRPN + rpn_post + CascadeFC; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
 
 
@@ -137,6 +151,10 @@ def build_up_net(net_cfg, path="net"):
         from .retina_plus_net import build_retina_plus_net
 
         return build_retina_plus_net(net_cfg, path)
+    if shape in ("c4", "rfcn", "cascade"):
+        from .rcnn_plus_net import build_two_stage_net
+
+        return build_two_stage_net(shape, net_cfg, path)
     from .det_net import build_detector
 
     return build_detector(shape, net_cfg, path)

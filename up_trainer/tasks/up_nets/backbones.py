@@ -87,10 +87,17 @@ def _check_layers(opts, n_stages, default_out):
     return frozen, out_layers
 
 
-def _check_strides(opts, out_layers, natural):
+def _check_strides(opts, out_layers, natural, dilatable=False):
+    """True when the given ``out_strides`` ask for stage 4 at stride 16 (UP: stage 4 at stride 1,
+    dilated 2, as R-FCN uses it); otherwise the strides must be the natural ones."""
     want = [natural[i] for i in out_layers]
-    opts.take("out_strides", want, types=list, only=want,
-              why="the strides follow from out_layers (dilated stages are not mapped)")
+    dilated = list(want)
+    if dilatable and out_layers and out_layers[-1] == 4:
+        dilated[-1] = 16
+    given = opts.take("out_strides", want, types=list, check=lambda v: None if v in (want, dilated) else
+                      f"{v}: the strides follow from out_layers: {want}"
+                      + (f" (or {dilated}: stage 4 dilated)" if dilated != want else ""))
+    return given != want
 
 
 def build_resnet(arch, opts):
@@ -101,7 +108,7 @@ def build_resnet(arch, opts):
     base = arch[:-2] if variant_d else arch
     norm, sync = norm_layer(opts, default="freeze_bn")
     frozen, out_layers = _check_layers(opts, 5, [4])
-    _check_strides(opts, out_layers, [4, 4, 8, 16, 32])
+    dilated = _check_strides(opts, out_layers, [4, 4, 8, 16, 32], dilatable=base in ("resnet50", "resnet101"))
     opts.take("style", "pytorch", types=str, only="pytorch", why="caffe-style ResNet weights are not mapped")
     init = read_initializer(opts)
     in_channels = opts.take("input_channel", 3, types=int)
@@ -119,7 +126,10 @@ def build_resnet(arch, opts):
     opts.take("layer_deform", [0] * 5, types=list, check=lambda v: None if not any(v) else
               "deformable convolutions are not mapped (torchvision has no DCN layers here)")
     opts.done()
-    net = torchvision.models.get_model(base, weights=None, norm_layer=norm)
+    net = torchvision.models.get_model(base, weights=None, norm_layer=norm,
+                                       replace_stride_with_dilation=[False, False, dilated])
+    if dilated:  # UP dilates stage 4's first block as well (torchvision only the later ones)
+        net.layer4[0].conv2.dilation, net.layer4[0].conv2.padding = (2, 2), (2, 2)
     if deep_stem:
         net.conv1 = deep_stem_convs(in_channels, 64, norm)
     elif in_channels != 3:
@@ -139,8 +149,8 @@ def build_resnet(arch, opts):
                 last_norm.register_forward_hook(_DropPath(block, drop_path * i / (len(blocks) - 1)))
     width = 512 * (4 if base in ("resnet50", "resnet101") else 1)
     planes = [64, width // 8, width // 4, width // 2, width]
-    trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], [[4, 4, 8, 16, 32][i] for i in out_layers],
-                  frozen)
+    strides = [[4, 4, 8, 16, 16 if dilated else 32][i] for i in out_layers]
+    trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], strides, frozen)
     initialize(trunk, init)
     if variant_d and init is None:  # UP's resnet_D zeroes its shortcut norms; an initializer resets them
         for block in blocks:

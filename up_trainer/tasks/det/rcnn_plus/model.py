@@ -60,3 +60,45 @@ class FcosModel(nn.Module):
         if targets is not None:
             result.update(self.criterion(outputs, points, targets))
         return result
+
+
+class TwoStageModel(nn.Module):
+    """backbone [-> neck (torchvision FPN)] -> region proposals -> :class:`.box_stages.BoxStages`.
+
+    ``names``: UP's entry names of the backbone, the neck (or None: the backbone's last map is
+    the one feature map, ``"0"``), the RPN and the box head, which become the children."""
+
+    kind = "up_rcnn"
+
+    def __init__(self, names, backbone, neck, rpn, box_head, num_classes, strides):
+        super().__init__()
+        self.names = dict(names)
+        self.add_module(names["backbone"], backbone)
+        if neck is not None:
+            self.add_module(names["neck"], neck)
+        self.add_module(names["rpn"], rpn)
+        self.add_module(names["box"], box_head)
+        self.num_classes, self.strides = num_classes, list(strides)
+
+    def _part(self, role):
+        return getattr(self, self.names[role])
+
+    def forward(self, batch):
+        from torchvision.models.detection.image_list import ImageList
+
+        if isinstance(batch, torch.Tensor):
+            batch = {"image": batch}
+        targets = _targets(batch, self.training)
+        x, sizes = batch_images(batch["image"])
+        feats = self._part("backbone")(x)
+        if self.names.get("neck"):
+            feats = self._part("neck")({str(i): f for i, f in enumerate(feats)})
+        else:
+            feats = {"0": feats[-1]}
+        proposals, losses = self._part("rpn")(ImageList(x, sizes), feats, targets)
+        box = self._part("box")
+        if targets is not None:
+            losses.update(box.losses(feats, proposals, sizes, targets))
+        if self.training:
+            return losses
+        return {"detections": box.detect(feats, proposals, sizes), **losses}
