@@ -236,3 +236,47 @@ def test_up_vit_weights_are_renamed_to_torchvision_names():
     trunk = tiny_vit(depth=12)
     names = {f"backbone.{k}" for k in trunk.state_dict()} | {"head.classifier.weight"}
     assert set(ours) <= names and len(ours) == len(up_names)
+
+
+# -- imagenet_lt evaluator and save_score ----------------------------------------------------------
+def test_imagenet_lt_averages_per_class_accuracy_within_shot_groups(tmp_path):
+    from up_trainer.errors import DataError
+    from up_trainer.tasks.cls.evaluator import LongTailAccuracy
+
+    freq = tmp_path / "freq.json"
+    freq.write_text("[500, 100, 20, 3]")  # many (> 100), median (20..100), median, low (< 20)
+    ev = LongTailAccuracy(topk=[1, 2], cls_freq=str(freq), many_shot_thr=100, low_shot_thr=20)
+    ev.load_files()
+
+    def rec(i, label, topk):
+        return {"index": i, "label": label, "topk": topk}
+
+    results = [rec(0, 0, [0, 1]), rec(1, 0, [1, 0]), rec(2, 0, [2, 3]), rec(3, 0, [0, 2]),  # class 0: 2/4, 3/4
+               rec(4, 1, [1, 0]), rec(5, 2, [3, 1]), rec(6, 2, [3, 2]),  # class 1: 1/1, 1/1; class 2: 0/2, 1/2
+               rec(7, 3, [0, 1])]  # class 3: 0/1, 0/1
+    m = ev.evaluate(results)
+    assert m["top1"] == 100 * 3 / 8 and m["top2"] == 100 * 5 / 8
+    assert m["many_shot_acc_top1"] == 50.0 and m["many_shot_acc_top2"] == 75.0
+    assert m["median_shot_acc_top1"] == (100 + 0) / 2 and m["median_shot_acc_top2"] == (100 + 50) / 2
+    assert m["low_shot_acc_top1"] == 0.0 and m["low_shot_acc_top2"] == 0.0
+    freq.write_text("[500, 100]")
+    ev.load_files()
+    with pytest.raises(DataError, match="2 classes, but the evaluation set has label 3"):
+        ev.evaluate(results)
+    with pytest.raises(DataError, match="cannot read a JSON list"):
+        LongTailAccuracy(cls_freq=str(tmp_path / "missing.json")).load_files()
+
+
+def test_save_score_keeps_every_class_score_in_the_results(tmp_path):
+    import json
+    import types
+
+    from up_trainer.engine.builder import build_evaluator
+
+    ev = build_evaluator({"dataset": {"evaluator": {"type": "imagenet", "kwargs": {"topk": [1]}}}},
+                         types.SimpleNamespace(save_score=True), None)
+    scores = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.25, 0.25]])
+    ev.process({"index": torch.tensor([0, 1]), "label": torch.tensor([1, 2])}, {"scores": scores})
+    ev.write_results(ev.results(), str(tmp_path / "results.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["scores"] for r in rows] == scores.tolist() and [r["pred"] for r in rows] == [1, 0]

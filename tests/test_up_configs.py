@@ -15,6 +15,7 @@ A file that fails only because a piece is still missing is marked xfail with the
 strict, so the mark has to go when the piece lands.
 """
 import glob
+import json
 import os
 
 import numpy as np
@@ -48,7 +49,6 @@ OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 # Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from
 # UP): {file: the one-line error expected}.
 REFUSED = {
-    "cls/resnet/res50_softmax_eql.yaml": "dataset.test.kwargs.save_score: unknown argument",
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
     "det/rfcn/rfcn-R101-1x.yaml": "net[3].kwargs.cfg.roipooling.method: roialignpool is not mapped for R-FCN",
     "det/yolox/yolox_fpga.yaml": "net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox",
@@ -98,6 +98,7 @@ def up_data(tmp_path_factory):
             Image.fromarray(gray).resize((40, 40)).convert("RGB").save(root / "images" / split / f"{i}.png")
             lines.append(f"{i}.png {labels[i]}")
         (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    (root / "cls_freq.json").write_text(json.dumps([150] * 3 + [50] * 3 + [5] * 994))  # images per class
     coco = export_digits_coco(str(root / "coco"), num_images=6, num_val_images=4, seed=0)
     return {"root": str(root), "coco": coco}
 
@@ -117,6 +118,8 @@ def data_opts(rel, data):
             sub = "train" if split == "train" else "val"
             opts += [f"{pre}.meta_file={data['root']}/{sub}.txt",
                      f"{pre}.image_reader.kwargs.image_dir={data['root']}/images/{sub}"]
+            if "cls_freq" in (kwargs.get("evaluator") or {}).get("kwargs", {}):  # imagenet_lt's class counts
+                opts.append(f"{pre}.evaluator.kwargs.cls_freq={data['root']}/cls_freq.json")
         else:
             ann, img_dir = data["coco"]["train" if split == "train" else "val"]
             opts += [f"{pre}.meta_file={ann}", f"{pre}.image_reader.kwargs.image_dir={img_dir}"]

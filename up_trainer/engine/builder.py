@@ -94,7 +94,12 @@ def build_evaluator(cfg, test_set, up_form):
         ev_cfg, path = up_form[0]
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
-    return EVALUATORS.build(ev_cfg, path)
+    evaluator = EVALUATORS.build(ev_cfg, path)
+    if getattr(test_set, "save_score", False) and hasattr(evaluator, "save_scores"):
+        evaluator.save_scores = True
+    if hasattr(evaluator, "load_files"):
+        evaluator.load_files()
+    return evaluator
 
 
 def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):

@@ -236,7 +236,8 @@ class ClsMetaDataset(ClsDatasetBase):
     with ``{``). Images are ``image_dir/filename``. UP's ``image_reader: {type: fs_pillow|fs_opencv,
     kwargs: {image_dir, color_mode}}`` (data/readers.py) may replace image_dir and color_mode.
     check_files: stat every image up front, so a
-    missing file fails before training instead of mid-epoch."""
+    missing file fails before training instead of mid-epoch. save_score (UP): the evaluation
+    results file (``results_dir``) holds every class's score per image, not only the top-k."""
 
     META_TYPES = ("imagenet", "custom_cls")
 
@@ -244,7 +245,8 @@ class ClsMetaDataset(ClsDatasetBase):
                  transforms: Optional[list] = None, transformer: Optional[list] = None,
                  meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
                  classes: Optional[list] = None, num_classes: Optional[int] = None,
-                 check_files: bool = True):
+                 check_files: bool = True, save_score: bool = False):
+        self.save_score = bool(save_score)  # UP: the results file holds every class score
         if image_reader is not None:
             if image_dir:
                 raise ConfigError("image_dir", "give image_dir here or in image_reader.kwargs, not both")

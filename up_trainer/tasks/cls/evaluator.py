@@ -25,6 +25,7 @@ class TopKAccuracy:
         self.topk = sorted(set(topk))
         self.primary_metric = f"top{self.topk[0]}" if 1 not in self.topk else "top1"
         self._records = []
+        self.save_scores = False  # UP's dataset kwarg save_score: every class score in the results file
 
     def metric_keys(self):
         return [f"top{k}" for k in self.topk] + ["num_samples", "val_loss"]
@@ -59,6 +60,8 @@ class TopKAccuracy:
             }
             if losses[i] is not None:
                 record["loss"] = float(losses[i])
+            if self.save_scores:
+                record["scores"] = scores[i].tolist()
             self._records.append(record)
 
     def results(self):
@@ -95,3 +98,64 @@ class TopKAccuracy:
         with open(path, "w", encoding="utf-8") as f:
             for index in sorted(unique):
                 f.write(json.dumps(unique[index]) + "\n")
+
+
+@EVALUATORS.register("imagenet_lt")
+class LongTailAccuracy(TopKAccuracy):
+    """UP's ``imagenet_lt``: top-k accuracy plus the mean per-class top-k accuracy of the
+    many-shot (more than ``many_shot_thr`` training images), median-shot (between the two
+    thresholds, inclusive) and low-shot (fewer than ``low_shot_thr``) classes. ``cls_freq``: a
+    JSON list of training-image counts per class, read when the run starts. Classes absent
+    from the evaluation set do not count; a group with no class present is left out."""
+
+    GROUPS = ("many", "median", "low")
+
+    def __init__(self, topk: list = (1, 5), cls_freq: str = "", many_shot_thr: int = 100, low_shot_thr: int = 20):
+        super().__init__(topk)
+        if not isinstance(cls_freq, str) or not cls_freq:
+            raise ConfigError("cls_freq", "required: a JSON file listing the training images per class")
+        if low_shot_thr > many_shot_thr:
+            raise ConfigError("low_shot_thr", f"{low_shot_thr} is above many_shot_thr {many_shot_thr}")
+        self.cls_freq_file, self.many, self.low = cls_freq, many_shot_thr, low_shot_thr
+        self.cls_freq = None
+
+    def load_files(self):
+        """Read ``cls_freq`` (called when the run starts, so a bad file stops it before training)."""
+        from ...errors import DataError
+
+        try:
+            with open(self.cls_freq_file, encoding="utf-8") as f:
+                freq = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"cls_freq {self.cls_freq_file}: cannot read a JSON list of class counts ({exc})") from None
+        if not isinstance(freq, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in freq):
+            raise DataError(f"cls_freq {self.cls_freq_file}: expected a JSON list of integers (images per class)")
+        self.cls_freq = freq
+
+    def metric_keys(self):
+        return super().metric_keys() + [f"{g}_shot_acc_top{k}" for k in self.topk for g in self.GROUPS]
+
+    def group_of(self, label):
+        n = self.cls_freq[label]
+        return "many" if n > self.many else "low" if n < self.low else "median"
+
+    def evaluate(self, results):
+        from ...errors import DataError
+
+        if self.cls_freq is None:
+            self.load_files()
+        metrics = super().evaluate(results)
+        labeled = [r for r in {r["index"]: r for r in results}.values() if r["label"] is not None]
+        if any(r["label"] >= len(self.cls_freq) for r in labeled):
+            raise DataError(f"cls_freq {self.cls_freq_file}: {len(self.cls_freq)} classes, but the evaluation "
+                            f"set has label {max(r['label'] for r in labeled)}")
+        for k in self.topk:
+            per_class = {}
+            for r in labeled:
+                per_class.setdefault(r["label"], []).append(r["label"] in r["topk"][:k])
+            for group in self.GROUPS:
+                accs = [100.0 * sum(hits) / len(hits) for label, hits in sorted(per_class.items())
+                        if self.group_of(label) == group]
+                if accs:
+                    metrics[f"{group}_shot_acc_top{k}"] = sum(accs) / len(accs)
+        return metrics
