@@ -1,12 +1,14 @@
 """UP's own config files (tests/data/up, copied unchanged from UP) run here.
 
-- The families this project maps (cls: resnet, mobilenetv2, regnet, swin; det: retinanet-r50_1x*,
-  faster_rcnn_r50_fpn_1x, yolox, fcos-R50-1x, retinanet-r18-improve and its cos_iou variant) pass
-  ``up config`` unchanged, and ``up train --dry-run`` with only data paths, image size and batch
-  size changed by ``--opts``, on tiny generated data: a UP ``cls`` meta file + digit images, and a
-  small COCO set of digit scenes (the improve files' crop ``scale`` and ``fix_output_resize``
-  output [h, w] are image sizes too). The image size of a YOLOX pipeline is the mosaic's ``tar_size`` (and the perspective ``border``, minus half of it), the
-  mixup ``input_size`` and the resizes' ``max_size`` / ``random_size``, wherever they are
+- The families this project maps (cls: resnet, mobilenetv2, mobilenetv3, regnet, swin,
+  vision_transformer; det: retinanet-r50_1x*, faster_rcnn_r50_fpn_1x, faster_rcnn_r50_C4_1x, rfcn,
+  cascade-rcnn-R50-FPN-1x, yolox, fcos-R50-1x, retinanet-r18-improve, its cos_iou variant,
+  retinanet-r18_mosiac_cos_ema_iou) pass ``up config`` unchanged, and ``up train --dry-run`` with
+  only data paths, image size and batch size changed by ``--opts``, on tiny generated data: a UP
+  ``cls`` meta file + digit images, and a small COCO set of digit scenes (the improve files' crop
+  ``scale`` and ``fix_output_resize`` output [h, w] are image sizes too). The image size of a
+  YOLOX pipeline is the mosaic's ``tar_size`` (and the perspective ``border``, minus half of it),
+  the mixup ``input_size`` and the resizes' ``max_size`` / ``random_size``, wherever they are
   written (the yolox_noaug hook's pipeline too).
 - Every other UP cls/det file passes ``up config`` or exits 2 with one line (``up config`` only:
   no training, so the sweep stays fast).
@@ -42,7 +44,8 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
-                    "det/retinanet/retinanet-r18-improve_cos_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
+                    "det/retinanet/retinanet-r18-improve_cos_iou.yaml",
+                    "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
