@@ -158,7 +158,7 @@ def test_fcos_file_builds_with_ups_parts():
     model = build_model(up_net("fcos/fcos-R50-1x.yaml"))
     assert [n for n, _ in model.named_children()][:3] == ["backbone", "neck", "roi_head"]
     assert model.num_classes == 80 and model.strides == [8, 16, 32, 64, 128]
-    assert len(model.roi_head.scales) == 5 and isinstance(model.roi_head.cls_subnet[0][1], torch.nn.GroupNorm)
+    assert len(model.roi_head.scales) == 5 and isinstance(model.roi_head.cls_subnet[0].gn, torch.nn.GroupNorm)
     assert model.criterion.norm_on_bbox and model.criterion.center_sample and model.criterion.pos_radius == 1.5
     assert model.postprocess.nms_thresh == 0.65 and model.postprocess.detections_per_img == 100
 
@@ -470,3 +470,21 @@ def test_a_key_repeated_with_the_same_value_loads():
     assert parse_yaml("a: {x: 0.0, y: 1, x: 0.0}\n") == {"a": {"x": 0.0, "y": 1}}
     with pytest.raises(ConfigError, match="duplicate key 'x' with another value"):
         parse_yaml("a: {x: 0.0, x: 0.5}\n")
+
+
+# -- UP's parameter names ------------------------------------------------------------------------
+def test_up_named_weights_translate_to_ours():
+    """FCOS's head keeps UP's names (conv / gn / relu blocks, scales); the box heads' UP names
+    (bbox_head.layer4, fc6_list.{stage}, ...) are rewritten onto the stages."""
+    fcos = build_model(small_fcos()).state_dict()
+    assert {"roi_head.cls_subnet.0.conv.weight", "roi_head.cls_subnet.0.gn.weight", "roi_head.scales.4.scale",
+            "roi_head.centerness.weight"} <= set(fcos)
+    for builder, up_of in ((small_c4, lambda k: k.replace("bbox_head.nets.0.", "bbox_head.")),
+                           (small_rfcn, lambda k: k.replace("bbox_head.nets.0.", "bbox_head.")),
+                           (small_cascade, lambda k: __import__("re").sub(
+                               r"cascade_head\.nets\.(\d+)\.(\w+)\.", r"cascade_head.\2_list.\1.", k))):
+        model = build_model(builder())
+        ours = model.state_dict()
+        up_named = {up_of(k): v for k, v in ours.items()}
+        assert up_named.keys() != ours.keys()
+        assert model.translate_up_weights(up_named).keys() == ours.keys()

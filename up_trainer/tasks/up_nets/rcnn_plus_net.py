@@ -339,6 +339,14 @@ def read_cascade(head, fpn):
                      ensemble, score, nms, top), n
 
 
+# UP's names of the box heads' parameters -> ours (BoxStages keeps its nets under nets.{stage})
+BOX_HEAD_RULES = {
+    "c4": (r"^(layer4|fc_cls|fc_loc)\.", [(r"^(layer4|fc_cls|fc_loc)\.", r"nets.0.\1.")]),
+    "rfcn": (r"^(new_conv|rfcn_score|rfcn_bbox)\.", [(r"^(new_conv|rfcn_score|rfcn_bbox)\.", r"nets.0.\1.")]),
+    "cascade": (r"^fc6_list\.", [(r"^(fc6|fc7|fc_rcnn_cls|fc_rcnn_loc)_list\.(\d+)\.", r"nets.\2.\1.")]),
+}
+
+
 def build_two_stage_net(shape, net_cfg, path):
     from ..det.rcnn_plus import TwoStageModel
 
@@ -364,7 +372,7 @@ def build_two_stage_net(shape, net_cfg, path):
         classes_entry = 4
     model = TwoStageModel(roles, trunk, neck, rpn, box, n - 1, strides)
     _up_attrs(model, net_cfg, path, classes_entry, sync)
-    rules = {names[0]: backbone_rules(net_cfg[0]["type"])}
+    rules = {names[0]: backbone_rules(net_cfg[0]["type"]), roles["box"]: BOX_HEAD_RULES[shape]}
     if neck is not None:
         n_in = len(trunk.out_layers)
         rules[names[1]] = fpn_rules(neck.up_start_level, n_in, len(neck.out_strides) - n_in)

@@ -15,6 +15,7 @@
   ``pre_nms_score_thresh``, the ``pre_nms_top_n`` best, then per-class NMS and ``top_n``.
 """
 import math
+from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +37,16 @@ class Scale(nn.Module):
 
 
 def _tower(in_ch, planes, norm):
+    """conv + norm + ReLU blocks named as UP names them (``conv``, ``gn`` / ``bn``, ``relu``),
+    so UP-trained FCOS weights load as they are."""
     layers = []
-    for i, out in enumerate(planes):
-        layers.append(nn.Sequential(nn.Conv2d(in_ch, out, 3, 1, 1, bias=norm is None),
-                                    norm(out) if norm is not None else nn.Identity(), nn.ReLU(inplace=True)))
+    for out in planes:
+        block = OrderedDict(conv=nn.Conv2d(in_ch, out, 3, 1, 1, bias=norm is None))
+        if norm is not None:
+            layer = norm(out)
+            block["gn" if isinstance(layer, nn.GroupNorm) else "bn"] = layer
+        block["relu"] = nn.ReLU(inplace=True)
+        layers.append(nn.Sequential(block))
         in_ch = out
     return nn.Sequential(*layers)
 
