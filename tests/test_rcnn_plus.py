@@ -488,3 +488,18 @@ def test_up_named_weights_translate_to_ours():
         up_named = {up_of(k): v for k, v in ours.items()}
         assert up_named.keys() != ours.keys()
         assert model.translate_up_weights(up_named).keys() == ours.keys()
+
+
+def test_rpn_losses_are_divided_by_the_positive_anchors():
+    """UP's rule: 1 positive and 3 negatives sampled, all logits 0: BCE sum 4 log 2 over 1 positive;
+    the positive's deltas off by (2, 0, 0, 0) with beta 1/9: 2 - 1/18 over 1 positive."""
+    model = build_model(small_c4())
+    rpn = model.roi_head
+    rpn.fg_bg_sampler.batch_size_per_image = 4
+    labels = [torch.tensor([1.0, 0, 0, 0])]
+    wanted = [torch.zeros(4, 4)]
+    deltas = torch.zeros(4, 4)
+    deltas[0, 0] = 2.0
+    cls, loc = rpn.compute_loss(torch.zeros(4, 1), deltas, labels, wanted)
+    assert float(cls) == pytest.approx(4 * math.log(2))
+    assert float(loc) == pytest.approx(2 - 0.5 / 9)

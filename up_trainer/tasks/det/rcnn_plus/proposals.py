@@ -1,7 +1,8 @@
 """UP's region proposal stage on torchvision's RegionProposalNetwork: UP's smooth-L1 ``sigma``
-(beta = 1 / sigma^2), anchors crossing the image border by more than ``allowed_border``
-pixels left out of training (UP's rule; -1 keeps all), and the losses computed whenever
-targets are given (the validation loss too), with the phase's top-n settings."""
+(beta = 1 / sigma^2), UP's normalisation (both losses over the positive anchors), anchors
+crossing the image border by more than ``allowed_border`` pixels left out of training (UP's
+rule; -1 keeps all), and the losses computed whenever targets are given (the validation loss
+too), with the phase's top-n settings."""
 import torch
 import torch.nn.functional as F
 from torchvision.models.detection.rpn import RegionProposalNetwork, concat_box_prediction_layers
@@ -43,9 +44,12 @@ class UPRegionProposals(RegionProposalNetwork):
         pos = torch.where(torch.cat(pos))[0]
         sampled = torch.cat([pos, torch.where(torch.cat(neg))[0]])
         labels, wanted = torch.cat(labels), torch.cat(wanted)
-        loc = F.smooth_l1_loss(deltas[pos], wanted[pos], beta=self.beta, reduction="sum") / max(sampled.numel(), 1)
-        cls = F.binary_cross_entropy_with_logits(objectness.flatten()[sampled], labels[sampled])
-        return cls, loc
+        # UP's rule: both losses summed and divided by the positive anchors (torchvision divides by
+        # the sampled ones); a two-way softmax's cross-entropy is this BCE on the logits' difference
+        positives = max(pos.numel(), 1)
+        loc = F.smooth_l1_loss(deltas[pos], wanted[pos], beta=self.beta, reduction="sum") / positives
+        cls = F.binary_cross_entropy_with_logits(objectness.flatten()[sampled], labels[sampled], reduction="sum")
+        return cls / positives, loc
 
 
 class UPRPNHead(torch.nn.Module):
