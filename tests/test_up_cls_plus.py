@@ -280,3 +280,42 @@ def test_save_score_keeps_every_class_score_in_the_results(tmp_path):
     ev.write_results(ev.results(), str(tmp_path / "results.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["scores"] for r in rows] == scores.tolist() and [r["pred"] for r in rows] == [1, 0]
+
+
+# -- RandAugIncre --------------------------------------------------------------------------------
+def test_rand_aug_incre_ops_grow_with_the_magnitude_as_up_defines_them():
+    from up_trainer.tasks.rand_augment_incre import OPS, _affine_nearest
+
+    ops = {name: (op, low, high) for name, op, low, high in OPS}
+    img = torch.tensor([[[0, 100, 200, 255]]], dtype=torch.uint8)
+    posterize, solarize, solarize_add = ops["posterize"][0], ops["solarize"][0], ops["solarize_add"][0]
+    assert torch.equal(posterize(img, 0.0), torch.tensor([[[0, 96, 192, 240]]], dtype=torch.uint8))  # 4 bits
+    assert torch.equal(posterize(img, 3.6), torch.tensor([[[0, 0, 128, 128]]], dtype=torch.uint8))  # 4 - 3 bits
+    assert torch.equal(solarize(img, 0.0), img)  # threshold 256: nothing inverted at magnitude 0
+    assert torch.equal(solarize(img, 100.0), torch.tensor([[[0, 100, 55, 0]]], dtype=torch.uint8))  # >= 156
+    # + 30.5, truncated: 30, 130, 230, 255; then inverted from 128 up
+    assert torch.equal(solarize_add(img, 30.5), torch.tensor([[[30, 125, 25, 0]]], dtype=torch.uint8))
+    ramp = torch.arange(12, dtype=torch.uint8).view(1, 3, 4)
+    shifted = _affine_nearest(ramp, 1, 0, 1, 0, 1, 0)  # Pillow's (1, 0, v, 0, 1, 0): content moves left
+    assert torch.equal(shifted, torch.tensor([[[1, 2, 3, 0], [5, 6, 7, 0], [9, 10, 11, 0]]], dtype=torch.uint8))
+    sheared = _affine_nearest(ramp, 1, 0.5, 0, 0, 1, 0)  # x + y / 2 at centres: floor(x + 0.75 + y / 2)
+    assert torch.equal(sheared, torch.tensor([[[0, 1, 2, 3], [5, 6, 7, 0], [9, 10, 11, 0]]], dtype=torch.uint8))
+
+
+def test_rand_aug_incre_draws_from_torch_and_skips_half_the_ops():
+    from up_trainer.tasks.rand_augment_incre import RandAugIncre
+
+    aug = RandAugIncre(n=2, m=5)
+    torch.manual_seed(0)
+    plans = [aug.plan() for _ in range(2000)]
+    assert abs(sum(len(p) for p in plans) / 2000 - 1.0) < 0.06  # 2 ops, each kept with probability 1/2
+    assert {round(v, 9) for p in plans for name, _, v in p if name == "color"} == {1.0}  # 0.1 + 5 / 10 x 1.8
+    torch.manual_seed(3)
+    image = torch.rand(3, 16, 16)
+    first = aug(image)
+    torch.manual_seed(3)
+    torch.rand(3, 16, 16)
+    assert torch.equal(aug(image), first)  # the same global seed, the same augmentation
+    assert first.dtype == torch.float32 and first.shape == image.shape
+    with pytest.raises(ConfigError, match="m: expected a magnitude in"):
+        RandAugIncre(m=11)

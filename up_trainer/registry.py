@@ -204,7 +204,7 @@ DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tas
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",
                                     "up_trainer.tasks.det.yolox_transforms", "up_trainer.tasks.det.mix_transforms",
-                                    "up_trainer.tasks.det.improve_transforms"])
+                                    "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])

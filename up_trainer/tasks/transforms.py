@@ -65,9 +65,8 @@ class AutoAugmentImageNet:
 
 
 @TRANSFORMS.register("torch_random_augmentation")
-@TRANSFORMS.register("torch_random_augmentationIncre")
 class RandAugmentUP:
-    """UP's ``torch_random_augmentation`` / ``...Incre`` {n, m, magnitude_std} as torchvision
+    """UP's ``torch_random_augmentation`` {n, m, magnitude_std} as torchvision
     v2.RandAugment(num_ops=n, magnitude=m, 11 bins). Deviation (README, Coming from UP): UP skips
     each chosen op with probability 0.5 and draws the magnitude from N(m, magnitude_std)."""
 
