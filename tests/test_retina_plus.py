@@ -264,3 +264,19 @@ def test_up_improve_net_refusals_name_the_kwarg(edit, message):
     with pytest.raises(ConfigError) as err:
         build_up_net(net)
     assert message in str(err.value), str(err.value)
+
+
+def test_up_iou_head_with_one_groupnorm_tower_trains_a_step():
+    from up_trainer.tasks.up_nets import build_up_net
+
+    net = _up_net(IMPROVE[1])
+    net[2].update(type="RetinaHeadWithIOU")
+    net[2]["kwargs"].update(normalize={"type": "gn", "kwargs": {"num_groups": 32}}, num_conv=1, feat_planes=64)
+    torch.manual_seed(0)
+    model = build_up_net(net)
+    tower = model.roi_head.cls_subnet
+    assert [type(m).__name__ for m in tower] == ["Conv2d", "GroupNorm", "ReLU"] and tower[0].bias is None
+    losses = model(_digit_batch(2, 64))
+    assert set(losses) == {"loss_cls", "loss_loc", "loss_iou"}
+    sum(losses.values()).backward()
+    assert tower[0].weight.grad is not None and model.roi_head.iou_pred.weight.grad is not None
