@@ -87,7 +87,7 @@ def main():
         params, gflops = flops(cfg)
         speed = images_per_second(cfg, os.path.join(run_dir, "checkpoints", "ckpt_best.pth"), args.images)
         rows.append((f"digits_{name}", f"{last['bbox.AP']:.3f}", f"{last['bbox.AP50']:.3f}",
-                     f"{minutes[max(evals)]:.1f}", params, gflops, f"{speed:.0f}", curve))
+                     f"{minutes[max(evals)]:.1f}", params, gflops, f"{speed:.1f}", curve))
     head = ("config", "AP", "AP50", "minutes", "params", "FLOPs", "img/s", "AP@minutes after each epoch")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)
