@@ -319,3 +319,78 @@ def test_rand_aug_incre_draws_from_torch_and_skips_half_the_ops():
     assert first.dtype == torch.float32 and first.shape == image.shape
     with pytest.raises(ConfigError, match="m: expected a magnitude in"):
         RandAugIncre(m=11)
+
+
+# -- repeat-factor sampling ----------------------------------------------------------------------
+def test_repeat_factors_follow_the_rarest_class_of_each_image():
+    from up_trainer.data.repeat_factor import repeat_factors
+
+    # 10 images: class 0 in all (f = 1), class 1 in one (f = 0.1), class 2 in two (f = 0.2)
+    classes = [[0, 1], [0, 2], [0, 2]] + [[0]] * 6 + [[]]
+    classes[-1] = []  # an image without boxes
+    classes[-2] = [0]
+    # t = 0.4, pn = 0.5: r_0 = max(1, 0.4 ** 0.5) = 1, r_1 = (0.4 / 0.1) ** 0.5 = 2, r_2 = 2 ** 0.5 = 1.414
+    assert repeat_factors(classes, t=0.4, pn=0.5, ri_mode="ceil", ri_if_empty=1) == [2, 2, 2] + [1] * 7
+    assert repeat_factors(classes, t=0.4, pn=0.5, ri_mode="floor", ri_if_empty=3) == [2, 1, 1] + [1] * 6 + [3]
+    assert repeat_factors(classes, t=0.4, pn=1.0, ri_mode="round") == [4, 2, 2] + [1] * 7  # 4, 2, 1
+
+
+def test_repeat_factor_epochs_are_deterministic_resumable_and_sharded():
+    from collections import Counter
+
+    from up_trainer.data.repeat_factor import RepeatFactorSampler
+
+    sampler = RepeatFactorSampler([1, 3, 0, 2], seed=7)
+    sampler.set_epoch(1)
+    order = list(sampler)
+    assert Counter(order) == {0: 1, 1: 3, 3: 2} and len(sampler) == 6
+    again = RepeatFactorSampler([1, 3, 0, 2], seed=7)
+    again.set_epoch(1, start=4)  # a resumed run picks up 4 samples in
+    assert list(again) == order[4:]
+    again.set_epoch(2)
+    assert sorted(again) == sorted(order)
+    shards = [RepeatFactorSampler([1, 3, 0, 2], seed=7, rank=r, world_size=4) for r in range(4)]
+    for s in shards:
+        s.set_epoch(1)
+    assert [len(s) for s in shards] == [2] * 4  # 6 padded to 8 by wrapping
+    assert Counter(i for s in shards for i in s) - Counter(order) == Counter(order[:2])
+
+
+def test_up_repeat_factor_sampler_maps_to_the_dataset_key_and_the_loader():
+    import torch
+    from up_trainer.config.up_dataset import translate_dataset
+    from up_trainer.data.loader import LoaderFactory
+
+    cfg = {"dataset": {"train": {"dataset": {"type": "cls", "kwargs": {}},
+                                 "batch_sampler": {"type": "base", "kwargs": {"batch_size": 2, "sampler": {
+                                     "type": "repeat_factor", "kwargs": {"t": 0.5, "ri_mode": "ceil", "pn": 1.0,
+                                                                         "static_size": False}}}}}}}
+    translate_dataset(cfg, [])
+    assert cfg["dataset"]["repeat_factor"] == {"t": 0.5, "ri_mode": "ceil", "pn": 1.0, "static_size": False}
+
+    class Tiny(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return {"image": torch.zeros(1), "label": i, "index": i}
+
+        def image_classes(self):
+            return [[0], [0], [0], [1]]  # class 1: f = 1/4, r = 0.5 / 0.25 = 2
+
+    ds_cfg = {"num_workers": 0, "pin_memory": False, "batch_size": 2, "drop_last": False,
+              "repeat_factor": {"t": 0.5, "pn": 1.0, "ri_mode": "ceil", "ri_if_empty": 1}}
+    loaders = LoaderFactory(ds_cfg, Tiny(), None, seed=0)
+    assert loaders.epoch_len() == 3  # 5 samples in batches of 2
+    seen = [i for batch in loaders.train_loader(0) for i in batch["index"].tolist()]
+    assert sorted(seen) == [0, 1, 2, 3, 3]
+
+
+def test_repeat_factor_refuses_what_it_cannot_honour_in_one_line():
+    from up_trainer.data.repeat_factor import check_repeat_factor
+
+    with pytest.raises(ConfigError, match=r"ri_mode: 'random_round' \(UP's default\) is not mapped \(its epoch length"):
+        check_repeat_factor({"t": 0.001})
+    with pytest.raises(ConfigError, match=r"dataset.repeat_factor.t: expected a number > 0"):
+        check_repeat_factor({"t": 0, "ri_mode": "ceil"})
+    assert check_repeat_factor({"ri_mode": "floor"}) == {"t": 0.001, "pn": 0.5, "ri_mode": "floor", "ri_if_empty": 1}

@@ -115,6 +115,9 @@ SCHEMAS = {
         "fix_seed": Field(bool, False, "the same shuffled training order every epoch (UP's dist sampler fix_seed)"),
         "aspect_ratio_groups": Field((list, type(None)), None, "training batches hold images of one aspect-ratio "
                                      "group; boundaries on height/width (UP's aspect_grouping, e.g. [1])"),
+        "repeat_factor": Field((dict, type(None)), None, "{t, pn, ri_mode, ri_if_empty}: repeat each training "
+                                                         "image by its rarest class's factor (UP's repeat_factor "
+                                                         "sampler, LVIS style)"),
         "alignment": Field(int, 1, "pad the images of a batch right/bottom to one size, a multiple of this "
                                    "(UP's dataloader alignment)", minimum=1),
         "pad_value": Field((int, float), 0, "value of that padding (UP's pad_value)"),
@@ -216,6 +219,10 @@ def _normalize_dataset(ds):
     if groups is not None and (not groups or not all(isinstance(g, (int, float)) and not isinstance(g, bool)
                                                      and g > 0 for g in groups)):
         raise ConfigError("dataset.aspect_ratio_groups", f"expected a list of positive ratios, got {groups!r}")
+    if ds["repeat_factor"] is not None:
+        from ..data.repeat_factor import check_repeat_factor
+
+        ds["repeat_factor"] = check_repeat_factor(ds["repeat_factor"])
     if ds["train"] is None and ds["test"] is None:
         raise ConfigError("dataset", "needs at least one of train / test")
     for key in ("persistent_workers", "prefetch_factor"):

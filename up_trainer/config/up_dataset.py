@@ -10,6 +10,7 @@ UP                                                     native ``dataset`` key
 train ``batch_sampler.kwargs.batch_size``              ``batch_size``
 test ``batch_sampler.kwargs.batch_size``               ``test_batch_size``
 ``batch_sampler.kwargs.sampler: {type: dist}``         (our sampler: seeded, sharded, resumable)
+``sampler: {type: repeat_factor, kwargs}`` (train)     ``repeat_factor`` (the kwargs)
 ``sampler.kwargs.fix_seed``                            ``fix_seed``
 ``aspect_ratio_group`` + ``aspect_grouping``           ``aspect_ratio_groups`` (training batches)
 ``dataloader.kwargs.num_workers`` / ``pin_memory``     ``num_workers`` / ``pin_memory``
@@ -31,7 +32,6 @@ PAD_TYPES = ("batch_pad",)
 BATCH_SAMPLER_KEYS = ("sampler", "batch_size", "aspect_grouping", "drop_last")
 DATALOADER_KEYS = ("num_workers", "pin_memory", "alignment", "pad_value", "pad_type", "worker_init", "batch_fn")
 UNMAPPED_SAMPLERS = {
-    "repeat_factor": "UP's repeat-factor sampler (oversamples images of rare classes, LVIS style)",
     "local": "UP's per-process sampler without sharding",
 }
 
@@ -64,6 +64,15 @@ def _sampler(kwargs, path, split, ds, notes):
     sampler = _mapping(kwargs.get("sampler"), join_path(path, "kwargs.sampler"))
     spath = join_path(path, "kwargs.sampler")
     kind = sampler.get("type", "dist")
+    if kind == "repeat_factor":
+        if split != "train":
+            raise ConfigError(join_path(spath, "type"), "repeat_factor repeats training images; an evaluation "
+                              "split sees each image once", "use type: dist")
+        for key in sampler:
+            if key not in ("type", "kwargs"):
+                raise ConfigError(join_path(spath, key), "unknown key", "expected {type, kwargs}")
+        ds["repeat_factor"] = dict(_mapping(sampler.get("kwargs"), join_path(spath, "kwargs")))
+        return
     if kind in UNMAPPED_SAMPLERS:
         raise ConfigError(join_path(spath, "type"), f"{kind!r} is {UNMAPPED_SAMPLERS[kind]}, which is not mapped",
                           "use type: dist (seeded, sharded, resumable)")

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, default_collate
 
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
+from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
 from .sampler import ResumableSampler
 
 
@@ -177,6 +178,9 @@ class LoaderFactory:
         self._aspect_ratios = None
         if train_set is not None and ds_cfg.get("aspect_ratio_groups"):
             self._aspect_ratios = aspect_ratios_of(train_set)
+        self._repeats = None  # repeat-factor sampling: how often each training image appears per epoch
+        if train_set is not None and ds_cfg.get("repeat_factor"):
+            self._repeats = repeat_factors(image_classes_of(train_set), **ds_cfg["repeat_factor"])
         self._train = None  # (loader, sampler, tagged), kept with persistent workers
         self._test = None
 
@@ -187,6 +191,10 @@ class LoaderFactory:
         if self._aspect_ratios is not None and train_set is not None:  # None: released before a rebuild
             ratios = aspect_ratios_of(train_set)
             self._aspect_ratios = ratios if indices is None else [ratios[i] for i in indices]
+        if self._repeats is not None and train_set is not None:
+            classes = image_classes_of(train_set)
+            classes = classes if indices is None else [classes[i] for i in indices]
+            self._repeats = repeat_factors(classes, **self.cfg["repeat_factor"])
         self._train = None  # workers hold the old dataset
 
     def _common(self):
@@ -206,9 +214,14 @@ class LoaderFactory:
             return loader
         return None
 
+    def _train_sampler(self):
+        kwargs = dict(shuffle=True, seed=self.seed, rank=self.rank, world_size=self.world_size)
+        if self._repeats is not None:
+            return RepeatFactorSampler(self._repeats, **kwargs)
+        return ResumableSampler(len(self._seeded), **kwargs)
+
     def epoch_len(self):
-        sampler = ResumableSampler(len(self._seeded), rank=self.rank, world_size=self.world_size)
-        n = sampler.shard_len()
+        n = self._train_sampler().shard_len()
         bs = self.cfg["batch_size"]
         return n // bs if self.cfg["drop_last"] else math.ceil(n / bs)
 
@@ -234,8 +247,7 @@ class LoaderFactory:
         return loader
 
     def _build_train_loader(self, epoch):
-        sampler = ResumableSampler(len(self._seeded), shuffle=True, seed=self.seed,
-                                   rank=self.rank, world_size=self.world_size)
+        sampler = self._train_sampler()
         collate = self._collate(self.train_set)
         if self.batch_fn is not None:
             collate = MixCollate(collate, self.batch_fn, self._seeded)

@@ -307,6 +307,10 @@ class ClsMetaDataset(ClsDatasetBase):
     def __len__(self):
         return len(self.records)
 
+    def image_classes(self):
+        """Each record's class (repeat-factor sampling)."""
+        return [[label] for _, label, _ in self.records]
+
     def _load(self, index):
         path, label, lineno = self.records[index]
         return read_image(path, self.reader.color_mode, where=f"{self.meta_file}:{lineno}"), label

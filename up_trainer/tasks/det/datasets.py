@@ -62,6 +62,10 @@ class DetDataset(Dataset):
         self.set_classes(classes, cat_ids)
         self.records, self.skipped = [], []
 
+    def image_classes(self):
+        """The classes of every record's boxes (repeat-factor sampling; no image is read)."""
+        return [sorted(set(r["labels"])) for r in self.records]
+
     def aspect_ratios(self):
         """height / width of every record (UP's aspect-ratio groups; no image is read)."""
         return [r["height"] / r["width"] for r in self.records]
