@@ -2,7 +2,6 @@
 (up_trainer.tasks.det.rcnn_plus, tasks.up_nets.rcnn_plus_net): the pieces on hand-computed
 cases, every UP kwarg honoured or refused in one line, and a few training steps on tiny digit
 scenes lowering the loss of each model (resnet18, small channel counts, 64-pixel scenes)."""
-import copy
 import math
 import os
 
@@ -503,3 +502,16 @@ def test_rpn_losses_are_divided_by_the_positive_anchors():
     cls, loc = rpn.compute_loss(torch.zeros(4, 1), deltas, labels, wanted)
     assert float(cls) == pytest.approx(4 * math.log(2))
     assert float(loc) == pytest.approx(2 - 0.5 / 9)
+
+
+@pytest.mark.parametrize("builder", [small_fcos, small_rfcn, small_cascade])
+def test_an_image_without_boxes_trains_and_bfloat16_autocast_keeps_float_losses(builder):
+    torch.manual_seed(0)
+    model = build_model(builder())
+    batch = digit_batch()
+    batch["target"][1] = {"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = model(batch)
+    assert all(torch.isfinite(v) and v.dtype == torch.float32 for v in losses.values()), losses
+    sum(losses.values()).backward()

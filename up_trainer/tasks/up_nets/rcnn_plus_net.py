@@ -21,9 +21,6 @@ from .options import Options
 from .two_stage_readers import read_bbox_post, read_cls_loss, read_loc_loss, read_roipooling, read_rpn, \
     read_stage_matchers, read_stage_stds, read_supervisor
 
-FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
-IOU_LOSSES = ("giou",)
-
 
 def _entry_options(net_cfg, path):
     return [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]

@@ -81,14 +81,15 @@ class BoxStages(nn.Module):
         last = len(self.nets) - 1
         for t, net in enumerate(self.nets):
             rois, labels, wanted, is_gt = sample_rois(rois, targets, self.matchers[t], self.sampler, self.coders[t])
-            logits, deltas = net(features, rois, sizes)
+            logits, deltas = (o.float() for o in net(features, rois, sizes))  # float32 under autocast
             cls, loc = box_loss(logits, deltas, torch.cat(labels), torch.cat(wanted), self.beta)
             suffix = f"_s{t + 1}" if last else ""
             out[f"loss_box_cls{suffix}"] = self.weights[t] * cls
             out[f"loss_box_loc{suffix}"] = self.weights[t] * loc
             if t < last:
                 with torch.no_grad():
-                    moved = self.coders[t].decode_single(pick_deltas(deltas.detach(), torch.cat(labels)), torch.cat(rois))
+                    moved = self.coders[t].decode_single(pick_deltas(deltas.detach(), torch.cat(labels)),
+                                                         torch.cat(rois))
                 rois = [clip_boxes_to_image(b[~g], s)
                         for b, g, s in zip(moved.split([len(r) for r in rois]), is_gt, sizes)]
         return out
@@ -97,7 +98,7 @@ class BoxStages(nn.Module):
     def detect(self, features, proposals, sizes):
         rois, probs = proposals, []
         for t, net in enumerate(self.nets):
-            logits, deltas = net(features, rois, sizes)
+            logits, deltas = (o.float() for o in net(features, rois, sizes))
             p = F.softmax(logits, -1)
             probs.append(p)
             if t < len(self.nets) - 1:

@@ -127,10 +127,11 @@ def centerness_targets(dist):
 
 
 def _flat(outputs):
-    """Per-level head outputs -> cls [N, K, C], dist [N, K, 4], ctr [N, K]."""
-    cls = torch.cat([c.flatten(2).transpose(1, 2) for c, _, _ in outputs], 1)
-    dist = torch.cat([d.flatten(2).transpose(1, 2) for _, d, _ in outputs], 1)
-    ctr = torch.cat([t.flatten(1) for _, _, t in outputs], 1)
+    """Per-level head outputs -> cls [N, K, C], dist [N, K, 4], ctr [N, K], in float32 (the losses
+    and targets stay exact under a half-precision autocast)."""
+    cls = torch.cat([c.flatten(2).transpose(1, 2) for c, _, _ in outputs], 1).float()
+    dist = torch.cat([d.flatten(2).transpose(1, 2) for _, d, _ in outputs], 1).float()
+    ctr = torch.cat([t.flatten(1) for _, _, t in outputs], 1).float()
     return cls, dist, ctr
 
 
@@ -192,8 +193,8 @@ class FcosPostprocess:
         for i, (h, w) in enumerate(image_sizes):
             boxes_all, scores_all, labels_all = [], [], []
             for (cls, dist, ctr), pts, s in zip(outputs, points, self.strides):
-                score = (cls[i].sigmoid() * ctr[i].sigmoid()).flatten(1).t()  # K x C
-                d = dist[i].flatten(1).t() * (s if self.norm_on_bbox else 1)
+                score = (cls[i].float().sigmoid() * ctr[i].float().sigmoid()).flatten(1).t()  # K x C
+                d = dist[i].float().flatten(1).t() * (s if self.norm_on_bbox else 1)
                 boxes = torch.cat((pts - d[:, :2], pts + d[:, 2:]), -1)
                 boxes[:, 0::2] = boxes[:, 0::2].clamp(0, w)
                 boxes[:, 1::2] = boxes[:, 1::2].clamp(0, h)

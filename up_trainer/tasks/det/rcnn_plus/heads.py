@@ -77,6 +77,8 @@ class RFCNHead(nn.Module):
         if self.relu_after_feature_conv:
             x = torch.relu(x)
         pool = (self.pool_size, self.scale, self.sampling)
-        cls = ps_roi_align(self.rfcn_score(x), rois, *pool).mean((2, 3))
-        loc = ps_roi_align(self.rfcn_bbox(x), rois, *pool).mean((2, 3))
+        rois = [r.float() for r in rois]
+        # in float32: torchvision's ps_roi_align has no half-precision kernels (and no autocast rule)
+        cls = ps_roi_align(self.rfcn_score(x).float(), rois, *pool).mean((2, 3))
+        loc = ps_roi_align(self.rfcn_bbox(x).float(), rois, *pool).mean((2, 3))
         return cls, loc
