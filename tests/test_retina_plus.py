@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from up_trainer.cli import main
 from up_trainer.errors import ConfigError
 from up_trainer.registry import MODELS
-from up_trainer.tasks.det.retina_plus import (ATSSAssigner, RetinaPlusPredictor, box_coder, flatten_outputs,
-                                              grid_anchors, quality_focal_loss)
+from up_trainer.tasks.det.retina_plus import (ATSSAssigner, RetinaPlusPredictor, RetinaSimOTAAssigner, box_coder,
+                                              flatten_outputs, grid_anchors, quality_focal_loss)
 
 T = torch.tensor
 
@@ -53,6 +53,21 @@ def test_atss_without_boxes_all_negative_and_degenerate_boxes_skipped():
     assert matched.tolist() == [-1, -1, -1, -1, 1, -1]
     with pytest.raises(ValueError):
         ATSSAssigner(top_k=0)
+
+
+def test_retina_simota_takes_the_anchor_whose_prediction_fits():
+    # Box [0,0,16,16]; three 16x16 anchors of stride 8 whose points (centre + half a stride) are
+    # (12,12), (8,8), (44,12): the third lies outside the box and its centre region (2.5 strides
+    # = 20 px around (8,8)). Anchor 1 predicts the box exactly (IoU 1: k = int(1 + .25) = 1), anchor 0
+    # a box of IoU .25: anchor 1 is the box's one positive. Anchor 2's exact prediction is too far.
+    anchors = [T([[0., 0, 16, 16], [-4, -4, 12, 12], [32, 0, 48, 16]])]
+    preds = T([[0., 0, 8, 8], [0, 0, 16, 16], [0, 0, 16, 16]])
+    cls = torch.zeros(3, 2)
+    matched = RetinaSimOTAAssigner([8]).assign(anchors, T([[0., 0, 16, 16]]), (64, 64), gt_labels=T([2]),
+                                               cls_logits=cls, pred_boxes=preds)
+    assert matched.tolist() == [-1, 0, -1]
+    assert RetinaSimOTAAssigner([8]).assign(anchors, torch.zeros(0, 4), (64, 64), gt_labels=T([]).long(),
+                                            cls_logits=cls, pred_boxes=preds).tolist() == [-1, -1, -1]
 
 
 # -- Quality Focal Loss -----------------------------------------------------------------------------
@@ -233,6 +248,8 @@ def test_up_improve_nets_map_every_kwarg():
     assert not plain.roi_head.iou_branch and not plain.class_first and plain.criterion.l1_weight == 0
     assert iou.roi_head.iou_branch and iou.class_first and iou.criterion.l1_weight == 1.0
     assert plain.predictor.nms_thresh == 0.5 and iou.predictor.nms_thresh == 0.65
+    ota = build_up_net(_up_net("det/retinanet/retinanet-r18-improve_ota.yaml"))
+    assert isinstance(ota.criterion.assigner, RetinaSimOTAAssigner) and ota.criterion.assigner.strides == ota.strides
     # UP-named weights: the backbone's and the normalised FPN's names rewritten, the head's kept
     up_names = {"backbone.layer0.0.weight": "backbone.conv1.weight", "neck.c3_lateral.conv.weight":
                 "neck.inner_blocks.0.0.weight", "neck.c5_lateral.bn.running_mean": "neck.inner_blocks.2.1.running_mean",
@@ -264,6 +281,26 @@ def test_up_improve_net_refusals_name_the_kwarg(edit, message):
     with pytest.raises(ConfigError) as err:
         build_up_net(net)
     assert message in str(err.value), str(err.value)
+
+
+def test_up_ota_file_trains_steps():
+    from up_trainer.tasks.up_nets import build_up_net
+
+    net = _up_net("det/retinanet/retinanet-r18-improve_ota.yaml")
+    net[2]["kwargs"].update(num_conv=1, feat_planes=64)
+    torch.manual_seed(0)
+    model = build_up_net(net)
+    batch = _digit_batch(2, 64)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for _ in range(3):
+        losses = model(batch)
+        assert set(losses) == {"loss_cls", "loss_loc"} and all(torch.isfinite(v) for v in losses.values())
+        opt.zero_grad()
+        sum(losses.values()).backward()
+        opt.step()
+    net[3]["kwargs"]["cfg"]["roi_supervisor"]["kwargs"]["matcher"]["kwargs"]["use_SimOTA"] = False
+    with pytest.raises(ConfigError, match="matcher.kwargs.use_SimOTA"):
+        build_up_net(net)
 
 
 def test_up_iou_head_with_one_groupnorm_tower_trains_a_step():

@@ -2,7 +2,7 @@
 
 - The families this project maps (cls: resnet, mobilenetv2, mobilenetv3, regnet, swin,
   vision_transformer; det: retinanet-r50_1x*, faster_rcnn_r50_fpn_1x, faster_rcnn_r50_C4_1x, rfcn,
-  cascade-rcnn-R50-FPN-1x, yolox, fcos-R50-1x, retinanet-r18-improve, its cos_iou variant,
+  cascade-rcnn-R50-FPN-1x, yolox, fcos-R50-1x, retinanet-r18-improve, its cos_iou and ota variants,
   retinanet-r18_mosiac_cos_ema_iou) pass ``up config`` unchanged, and ``up train --dry-run`` with
   only data paths, image size and batch size changed by ``--opts``, on tiny generated data: a UP
   ``cls`` meta file + digit images, and a small COCO set of digit scenes (the improve files' crop
@@ -45,6 +45,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
                     "det/retinanet/retinanet-r18-improve_cos_iou.yaml",
+                    "det/retinanet/retinanet-r18-improve_ota.yaml",
                     "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))

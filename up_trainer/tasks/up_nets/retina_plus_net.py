@@ -1,7 +1,8 @@
 """UP's improved RetinaNet net lists assembled from :mod:`up_trainer.tasks.det.retina_plus`.
 
 resnet + ``FPN`` + ``RetinaHeadWithBN`` / ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` +
-``retina_post`` / ``retina_post_iou`` (with the ``atss`` supervisor) -> :class:`RetinaPlusModel`.
+``retina_post`` / ``retina_post_iou`` (with the ``atss`` supervisor, or ``retina_ota`` with
+SimOTA for ``retina_post``) -> :class:`RetinaPlusModel`.
 Every kwarg of those entries is honoured or refused in one line naming it, with UP's defaults
 where a file leaves one out:
 
@@ -180,11 +181,15 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
         iou_weight = _weight(bce)
         bce.done()
     ratios, scales = _anchors(cfg)
-    _, sup = _typed(cfg, "roi_supervisor", ("atss",), "supervisor")
-    top_k = sup.take("top_n", 9, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
-    sup.take("use_centerness", False, types=bool, only=False, why="centerness targets are not mapped")
-    sup.take("use_iou", iou_post, types=bool, only=iou_post,
-             why="IoU targets go with retina_post_iou (UP's other combinations cannot run)")
+    sup_kind, sup = _typed(cfg, "roi_supervisor", ("atss", "retina_ota"), "supervisor")
+    top_k, ota = 9, None
+    if sup_kind == "atss":
+        top_k = sup.take("top_n", 9, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+        sup.take("use_centerness", False, types=bool, only=False, why="centerness targets are not mapped")
+        sup.take("use_iou", iou_post, types=bool, only=iou_post,
+                 why="IoU targets go with retina_post_iou (UP's other combinations cannot run)")
+    else:
+        ota = _ota(sup, num_classes, iou_post, cfg.at("roi_supervisor.type"))
     sup.take("gt_encode", True, types=bool, only=True)
     sup.ignore("return_gts", "an output for debugging")
     sup.done()
@@ -192,12 +197,32 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
     cfg.done()
     opts.done()
     return dict(beta=beta, cls_weight=cls_weight, giou_weight=giou, l1_weight=l1, iou_weight=iou_weight,
-                ratios=ratios, scales=scales, top_k=top_k, predictor=predictor, class_first=class_first)
+                ratios=ratios, scales=scales, top_k=top_k, ota=ota, predictor=predictor, class_first=class_first)
+
+
+def _ota(sup, num_classes, iou_post, type_path):
+    """(center_radius, candidate_k) of UP's ``retina_ota`` supervisor with its SimOTA matcher."""
+    if iou_post:
+        raise ConfigError(type_path, "retina_ota with retina_post_iou is not mapped (UP's retina_ota gives no IoU "
+                          "targets)", "use atss with use_iou: true, or retina_post")
+    _classes(sup, want=num_classes)
+    sup.take("use_centerness_score", False, types=bool, only=False, why="centerness scores are not mapped")
+    sup.take("norm_on_bbox", False, types=bool, only=False)
+    _, matcher = _typed(sup, "matcher", ("retina_ota",), "matcher")
+    _classes(matcher, want=num_classes)
+    matcher.take("use_SimOTA", True, types=bool, only=True, why="Sinkhorn OTA is not mapped: SimOTA only")
+    matcher.take("center_sample", True, types=bool, only=True, why="SimOTA's candidates are centre-sampled")
+    matcher.ignore("pos_radius", "UP's retina_ota matcher does not read it")
+    candidate_k = matcher.take("candidate_k", 10, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    radius = matcher.take("radius", 2.5, types=float, check=lambda v: None if v > 0 else "must be > 0")
+    matcher.done()
+    return radius, candidate_k
 
 
 # -- the model -------------------------------------------------------------------------------
 def build_retina_plus_net(net_cfg, path):
-    from ..det.retina_plus import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
+    from ..det.retina_plus import (RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, RetinaSimOTAAssigner,
+                                   box_coder)
     from .backbones import build_resnet
     from .det_parts import up_cell_anchors
 
@@ -215,8 +240,9 @@ def build_retina_plus_net(net_cfg, path):
         raise ConfigError(opts[2].at("num_anchors"), f"{head.num_anchors} but anchor_ratios x anchor_scales give "
                           f"{anchors}")
     coder = box_coder()
+    assigner = None if post["ota"] is None else RetinaSimOTAAssigner(fpn.out_strides, *post["ota"])
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
-                                    post["l1_weight"], head.iou_branch, post["iou_weight"])
+                                    post["l1_weight"], head.iou_branch, post["iou_weight"], assigner)
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells, class_first=post["class_first"])

@@ -19,11 +19,12 @@ from .assigner import NEGATIVE, ATSSAssigner
 from .head import RetinaPlusHead
 from .losses import LOSS_KEYS, RetinaPlusCriterion, paired_iou, quality_focal_loss
 from .model import RetinaPlusModel, box_coder
+from .ota import RetinaSimOTAAssigner
 from .postprocess import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
 
 __all__ = ["ATSSAssigner", "LOSS_KEYS", "NEGATIVE", "PREDICTORS", "RetinaPlusCriterion", "RetinaPlusHead",
-           "RetinaPlusModel", "RetinaPlusPredictor", "atss", "box_coder", "flatten_outputs", "grid_anchors",
-           "paired_iou", "quality_focal_loss"]
+           "RetinaPlusModel", "RetinaPlusPredictor", "RetinaSimOTAAssigner", "atss", "box_coder",
+           "flatten_outputs", "grid_anchors", "paired_iou", "quality_focal_loss"]
 HEAD_NORMS = ("bn", "gn", "none")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -60,13 +60,14 @@ def mean_over_processes(value):
 
 
 class RetinaPlusCriterion:
-    """Losses of one batch. ``outputs``: cls [N, A, C], deltas [N, A, 4] and, with the IoU
-    branch, iou [N, A] (logits); ``anchors_per_level``: [A_l, 4] each; ``targets``: list of
-    {boxes xyxy, labels 1..C}; ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
+    """Losses of one batch (anchors assigned by ATSS, or by ``assigner``). ``outputs``: cls
+    [N, A, C], deltas [N, A, 4] and, with the IoU branch, iou [N, A] (logits);
+    ``anchors_per_level``: [A_l, 4] each; ``targets``: list of {boxes xyxy, labels 1..C};
+    ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
 
     def __init__(self, box_coder, top_k=9, beta=2.0, cls_weight=1.0, giou_weight=1.0, l1_weight=0.0,
-                 iou_branch=False, iou_branch_weight=1.0):
-        self.box_coder, self.assigner = box_coder, ATSSAssigner(top_k)
+                 iou_branch=False, iou_branch_weight=1.0, assigner=None):
+        self.box_coder, self.assigner = box_coder, assigner or ATSSAssigner(top_k)
         self.beta, self.cls_weight, self.giou_weight, self.l1_weight = beta, cls_weight, giou_weight, l1_weight
         self.iou_branch, self.iou_branch_weight = iou_branch, iou_branch_weight
 
@@ -75,7 +76,12 @@ class RetinaPlusCriterion:
         cls, deltas = outputs["cls"], outputs["deltas"]
         labels, pos_img, pos_anchor, pos_boxes = [], [], [], []
         for i, (target, size) in enumerate(zip(targets, image_sizes)):
-            matched = self.assigner.assign(anchors_per_level, target["boxes"], size)
+            if getattr(self.assigner, "needs_predictions", False):  # SimOTA: costs from the predictions
+                boxes = self.box_coder.decode_single(deltas[i].detach(), anchors)
+                matched = self.assigner.assign(anchors_per_level, target["boxes"], size, gt_labels=target["labels"],
+                                               cls_logits=cls[i].detach(), pred_boxes=boxes)
+            else:
+                matched = self.assigner.assign(anchors_per_level, target["boxes"], size)
             lab = torch.zeros_like(matched)
             hit = (matched >= 0).nonzero()[:, 0]
             lab[hit] = target["labels"][matched[hit]].long()

@@ -48,7 +48,7 @@ class SimOTAAssigner:
     @torch.no_grad()
     def assign(self, centers, strides, cls_logits, boxes, obj_logits, gt_boxes, gt_labels, img_size=None):
         """centers [A, 2] and strides [A] of the points; cls_logits [A, C], boxes [A, 4]
-        (decoded cx, cy, w, h), obj_logits [A, 1]; gt_boxes [G, 4] xyxy, gt_labels [G] in 1..C."""
+        (decoded cx, cy, w, h), obj_logits [A, 1] or None; gt_boxes [G, 4] xyxy, gt_labels [G] in 1..C."""
         num_points = centers.shape[0]
         empty = Assignment(torch.zeros(num_points, dtype=torch.bool, device=centers.device),
                            torch.zeros(0, dtype=torch.long, device=centers.device), boxes.new_zeros(0))
@@ -60,7 +60,7 @@ class SimOTAAssigner:
         in_both = in_both[:, cand]
         pred_xyxy = box_convert(boxes[cand].float(), "cxcywh", "xyxy")
         ious = box_iou(gt_boxes.float(), pred_xyxy)  # [G, A']
-        scores = (cls_logits[cand].float().sigmoid() * obj_logits[cand].float().sigmoid()).sqrt()
+        scores = self.class_scores(cls_logits[cand], None if obj_logits is None else obj_logits[cand])
         onehot = F.one_hot(gt_labels.long() - 1, scores.shape[1]).float()  # [G, C]
         num_gt = gt_boxes.shape[0]
         cls_cost = F.binary_cross_entropy(scores[None].expand(num_gt, -1, -1),
@@ -74,6 +74,14 @@ class SimOTAAssigner:
         matched_gt = matching[:, fg_cand].float().argmax(0)
         matched_iou = ious[:, fg_cand].gather(0, matched_gt[None])[0]
         return Assignment(fg_mask, matched_gt, matched_iou)
+
+    @staticmethod
+    def class_scores(cls_logits, obj_logits):
+        """The probabilities the cost compares with the one-hot class: sqrt(cls x obj) (YOLOX);
+        without objectness logits (UP's RetinaNet OTA) the class sigmoids."""
+        if obj_logits is None:
+            return cls_logits.float().sigmoid()
+        return (cls_logits.float().sigmoid() * obj_logits.float().sigmoid()).sqrt()
 
     def dynamic_k(self, cost, ious):
         """[G, A'] bool matching: each box its k cheapest candidates, every point at most one box."""
