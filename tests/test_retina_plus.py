@@ -317,3 +317,17 @@ def test_up_iou_head_with_one_groupnorm_tower_trains_a_step():
     assert set(losses) == {"loss_cls", "loss_loc", "loss_iou"}
     sum(losses.values()).backward()
     assert tower[0].weight.grad is not None and model.roi_head.iou_pred.weight.grad is not None
+
+
+def test_an_image_without_boxes_and_bfloat16_autocast_train():
+    torch.manual_seed(0)
+    model, batch = _tiny(), _digit_batch(2)
+    batch["target"][1] = {"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.long)}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = model(batch)
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    batch["target"][0] = batch["target"][1]  # no box in the whole batch: zero losses, still a graph
+    losses = model(batch)
+    assert losses["loss_loc"].item() == 0 and losses["loss_iou"].item() == 0
+    sum(losses.values()).backward()
