@@ -1,6 +1,8 @@
 """UP's stronger classification parts, each on small hand-computed cases: ResNet-D, MobileNetV3
 (UP's block order), ViT with drop path, norm_linear, softmax_eql with gradient_collector,
 RandAugIncre."""
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -394,3 +396,30 @@ def test_repeat_factor_refuses_what_it_cannot_honour_in_one_line():
     with pytest.raises(ConfigError, match=r"dataset.repeat_factor.t: expected a number > 0"):
         check_repeat_factor({"t": 0, "ri_mode": "ceil"})
     assert check_repeat_factor({"ri_mode": "floor"}) == {"t": 0.001, "pn": 0.5, "ri_mode": "floor", "ri_if_empty": 1}
+
+
+# -- inference_only meta files ---------------------------------------------------------------------
+def test_inference_only_meta_files_and_folders_give_unlabeled_images(tmp_path):
+    from PIL import Image
+
+    from up_trainer.errors import DataError
+    from up_trainer.tasks.cls.datasets import ClsMetaDataset
+
+    (tmp_path / "imgs" / "sub").mkdir(parents=True)
+    for name in ("b.png", "sub/a.PNG", "c.JPG"):
+        Image.new("RGB", (4, 4), (10, 20, 30)).save(tmp_path / "imgs" / name, format="JPEG" if name.endswith("JPG")
+                                                   else "PNG")
+    (tmp_path / "imgs" / "notes.txt").write_text("not an image")
+    (tmp_path / "list.txt").write_text("b.png\nsub/a.PNG\n")
+    listed = ClsMetaDataset(str(tmp_path / "list.txt"), image_dir=str(tmp_path / "imgs"), meta_type="inference_only",
+                            num_classes=5)
+    assert len(listed) == 2 and set(listed[0]) == {"image", "index"} and listed.num_classes == 5
+    assert listed.image_classes() == [[], []]
+    found = ClsMetaDataset("unused.txt", meta_type="inference_only",
+                           inference_cfg={"inference_from": str(tmp_path / "imgs"), "folder_images_save_path": "x.txt"})
+    assert [os.path.relpath(p, tmp_path / "imgs") for p, _, _ in found.records] == ["b.png", "c.JPG", "sub/a.PNG"]
+    assert not (tmp_path / "x.txt").exists() and found.num_classes is None
+    with pytest.raises(DataError, match="inference_from: .* is neither a folder nor a file"):
+        ClsMetaDataset("m.txt", inference_cfg={"inference_from": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError, match="inference_cfg.resume: unknown key"):
+        ClsMetaDataset("m.txt", inference_cfg={"resume": {}})

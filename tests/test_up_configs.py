@@ -41,7 +41,7 @@ def up_files(*patterns):
 
 
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
-                    "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml",
+                    "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml", "cls/inference/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
                     "det/retinanet/retinanet-r18-improve_cos_iou.yaml",
@@ -122,6 +122,8 @@ def data_opts(rel, data):
             sub = "train" if split == "train" else "val"
             opts += [f"{pre}.meta_file={data['root']}/{sub}.txt",
                      f"{pre}.image_reader.kwargs.image_dir={data['root']}/images/{sub}"]
+            if "inference_from" in (kwargs.get("inference_cfg") or {}):  # an image folder, searched
+                opts.append(f"{pre}.inference_cfg.inference_from={data['root']}/images/{sub}")
             if "cls_freq" in (kwargs.get("evaluator") or {}).get("kwargs", {}):  # imagenet_lt's class counts
                 opts.append(f"{pre}.evaluator.kwargs.cls_freq={data['root']}/cls_freq.json")
         else:

@@ -7,6 +7,7 @@ loader seeds per sample, so augmentation is reproducible across workers and resu
 """
 import functools
 import json
+import logging
 import os
 from typing import Optional
 
@@ -17,6 +18,8 @@ from torch.utils.data import Dataset, default_collate
 
 from ...data.readers import FileReader, build_reader, decode_image, read_image
 from ...errors import ConfigError, DataError, did_you_mean
+
+log = logging.getLogger("up")
 from ...registry import DATASETS
 from ..transforms import build_transforms
 
@@ -78,6 +81,8 @@ class ClsDatasetBase(Dataset):
         image, label = self._load(index)
         if self.transform is not None:
             image = self.transform(image)
+        if label is None:  # an unlabeled image (UP's inference_only meta files): predictions only
+            return {"image": image, "index": index}
         return {"image": image, "label": torch.tensor(label, dtype=torch.int64), "index": index}
 
 
@@ -239,14 +244,17 @@ class ClsMetaDataset(ClsDatasetBase):
     missing file fails before training instead of mid-epoch. save_score (UP): the evaluation
     results file (``results_dir``) holds every class's score per image, not only the top-k."""
 
-    META_TYPES = ("imagenet", "custom_cls")
+    META_TYPES = ("imagenet", "custom_cls", "inference_only")
+    IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")  # UP's folder search (any case here)
 
     def __init__(self, meta_file: str, image_dir: str = "", color_mode: str = "RGB",
                  transforms: Optional[list] = None, transformer: Optional[list] = None,
                  meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
                  classes: Optional[list] = None, num_classes: Optional[int] = None,
-                 check_files: bool = True, save_score: bool = False):
+                 check_files: bool = True, save_score: bool = False, inference_cfg: Optional[dict] = None):
         self.save_score = bool(save_score)  # UP: the results file holds every class score
+        if inference_cfg is not None:
+            meta_file = self._inference_source(inference_cfg, meta_file)
         if image_reader is not None:
             if image_dir:
                 raise ConfigError("image_dir", "give image_dir here or in image_reader.kwargs, not both")
@@ -268,6 +276,8 @@ class ClsMetaDataset(ClsDatasetBase):
         self._set_classes(classes, num_classes)
 
     def _parse(self, meta_file, meta_type):
+        if getattr(self, "_listed", None) is not None:  # images found under inference_from
+            return [(self.reader.path_of(path), None, i + 1) for i, path in enumerate(self._listed)]
         if not os.path.isfile(meta_file):
             raise DataError(f"meta file not found: {meta_file}")
         try:
@@ -278,6 +288,8 @@ class ClsMetaDataset(ClsDatasetBase):
         numbered = [(i + 1, line.strip()) for i, line in enumerate(lines) if line.strip()]
         if not numbered:
             raise DataError(f"meta file {meta_file} is empty (no records)")
+        if meta_type == "inference_only":  # one image path per line, no label
+            return [(self.reader.path_of(line), None, lineno) for lineno, line in numbered]
         if meta_type is None:
             is_json = meta_file.lower().endswith((".json", ".jsonl")) or numbered[0][1].startswith("{")
         else:
@@ -289,27 +301,57 @@ class ClsMetaDataset(ClsDatasetBase):
             records.append((self.reader.path_of(filename), label, lineno))
         return records
 
+    def _inference_source(self, cfg, meta_file):
+        """UP's ``inference_cfg``: ``inference_from`` (a folder searched recursively for images,
+        or a file listing image paths) replaces the meta file. UP also writes the folder's list
+        to ``folder_images_save_path``; here the list is kept in memory (nothing is written).
+        ``test_resume`` (skip images already in earlier result files) is not mapped: every image
+        is evaluated and the results file is written whole."""
+        if not isinstance(cfg, dict):
+            raise ConfigError("inference_cfg", f"expected a mapping, got {type(cfg).__name__}")
+        for key in cfg:
+            if key not in ("inference_from", "folder_images_save_path", "test_resume"):
+                raise ConfigError(f"inference_cfg.{key}", "unknown key",
+                                  did_you_mean(key, ["inference_from", "folder_images_save_path", "test_resume"]))
+        if cfg.get("test_resume") is not None:
+            log.warning("inference_cfg.test_resume: not mapped; every image is evaluated again")
+        source = cfg.get("inference_from")
+        if source is None:
+            return meta_file
+        if os.path.isfile(source):
+            return source
+        if not os.path.isdir(source):
+            raise DataError(f"inference_cfg.inference_from: {source} is neither a folder nor a file")
+        found = sorted(os.path.join(root, name) for root, _, names in os.walk(source) for name in names
+                       if name.lower().endswith(self.IMAGE_EXTENSIONS))
+        if not found:
+            raise DataError(f"inference_cfg.inference_from: no images ({', '.join(self.IMAGE_EXTENSIONS)}) under {source}")
+        self._listed = found
+        return source
+
     def _set_classes(self, classes, num_classes):
         if classes is not None and num_classes is not None and len(classes) != num_classes:
             raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
         if classes is not None:
             num_classes = len(classes)
+        labeled = [(label, lineno) for _, label, lineno in self.records if label is not None]
         if num_classes is not None:
-            for _, label, lineno in self.records:
+            for label, lineno in labeled:
                 if label >= num_classes:
                     raise DataError(f"{self.meta_file}:{lineno}: label {label} is out of range "
                                     f"for {num_classes} classes")
-        else:
-            num_classes = max(label for _, label, _ in self.records) + 1
-        self.num_classes = num_classes
-        self.classes = [str(c) for c in classes] if classes is not None else [str(i) for i in range(num_classes)]
+        elif labeled:
+            num_classes = max(label for label, _ in labeled) + 1
+        self.num_classes = num_classes  # None: unlabeled images only (inference_only) and no class count given
+        self.classes = ([str(c) for c in classes] if classes is not None else
+                        [str(i) for i in range(num_classes or 0)])
 
     def __len__(self):
         return len(self.records)
 
     def image_classes(self):
-        """Each record's class (repeat-factor sampling)."""
-        return [[label] for _, label, _ in self.records]
+        """Each record's class (repeat-factor sampling); none for an unlabeled image."""
+        return [[] if label is None else [label] for _, label, _ in self.records]
 
     def _load(self, index):
         path, label, lineno = self.records[index]

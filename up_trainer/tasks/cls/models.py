@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from ...errors import ConfigError
+from ...errors import ConfigError, DataError
 from ...registry import MODELS
 from ...weights import load_fitting, load_weights
 
@@ -192,7 +192,8 @@ class ClassificationModel(nn.Module):
                               f"{image.shape[1]}", "set the net's in_channels or the dataset's color_mode")
         label = batch.get("label")
         if label is None and self.training:
-            raise ValueError("training needs batch['label']")
+            raise DataError("the training images have no labels (an inference_only meta file?): "
+                            "training needs a label per image")
         logits = self.backbone(image)
         out = {"logits": logits}
         if label is not None:

@@ -138,7 +138,8 @@ class UPClassifier(nn.Module):
             batch = {"image": batch}
         label = batch.get("label")
         if label is None and self.training:
-            raise ValueError("training needs batch['label']")
+            raise DataError("the training images have no labels (an inference_only meta file?): "
+                            "training needs a label per image")
         backbone, head, post = (getattr(self, n) for n in self.part_names)
         logits = head(backbone(batch["image"]))
         return {"logits": logits, **post(logits, label)}
