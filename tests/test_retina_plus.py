@@ -331,3 +331,17 @@ def test_an_image_without_boxes_and_bfloat16_autocast_train():
     losses = model(batch)
     assert losses["loss_loc"].item() == 0 and losses["loss_iou"].item() == 0
     sum(losses.values()).backward()
+
+
+def test_up_base_multicls_predictor_and_retina_multicls_merger_map():
+    from up_trainer.tasks.up_nets import check_up_net
+
+    net = _up_net(IMPROVE[1])
+    pred = net[3]["kwargs"]["cfg"]["roi_predictor"]
+    pred["type"], pred["kwargs"]["merger"]["type"] = "base_multicls", "retina_multicls"
+    check_up_net(net)  # builds on the meta device
+    from up_trainer.tasks.up_nets.retina_plus_net import _predictor
+    from up_trainer.tasks.up_nets.options import Options
+
+    got = _predictor(Options({"roi_predictor": pred}, "cfg", "cfg"))
+    assert got["kind"] == "base_multicls" and got["nms_thresh"] == 0.65 and got["detections_per_img"] == 100
