@@ -423,3 +423,14 @@ def test_inference_only_meta_files_and_folders_give_unlabeled_images(tmp_path):
         ClsMetaDataset("m.txt", inference_cfg={"inference_from": str(tmp_path / "nowhere")})
     with pytest.raises(ConfigError, match="inference_cfg.resume: unknown key"):
         ClsMetaDataset("m.txt", inference_cfg={"resume": {}})
+
+
+def test_lvis_evaluator_is_refused_in_one_line():
+    from up_trainer.registry import EVALUATORS
+
+    with pytest.raises(ConfigError) as err:
+        EVALUATORS.build({"type": "LVIS", "kwargs": {"gt_file": "x.json", "iou_types": ["bbox"]}},
+                         "dataset.test.dataset.kwargs.evaluator")
+    message = str(err.value)
+    assert message.startswith("dataset.test.dataset.kwargs.evaluator") and "requires opencv-python" in message
+    assert "\n" not in message

@@ -201,7 +201,8 @@ MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det
                              "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.retina_plus"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det"])
-EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator"])
+EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator",
+                                    "up_trainer.tasks.det.lvis_evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",
                                     "up_trainer.tasks.det.yolox_transforms", "up_trainer.tasks.det.mix_transforms",
                                     "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre"])
