@@ -9,7 +9,8 @@ epoch and the minutes of training it took, parameters and FLOPs (``up flops``), 
     up data digits-det --out data/digits_coco --num-images 300
     python benchmarks/det_demos.py fcos=runs/fcos atss=runs/atss --images data/digits_coco/images/val
 
-Each NAME=RUN_DIR names configs/det/digits_NAME.yaml and the work dir it trained in. Minutes
+Each NAME=RUN_DIR labels a row with NAME and reads the work dir a run trained in (its resolved
+config.yaml, train.log, metrics.jsonl and checkpoints/ckpt_best.pth). Minutes
 count from the run's first log line (the trainer's start, after imports) to each evaluation,
 so "AP at equal minutes" is read off the rows. images/s times ``up predict`` in this process
 (model loading excluded, one image at a time, PNG drawing included) over every PNG in --images.
@@ -25,7 +26,6 @@ import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
 
 
@@ -80,13 +80,13 @@ def main():
     rows = []
     for item in args.runs:
         name, run_dir = item.split("=", 1)
-        cfg = resolve_config(os.path.join(REPO, "configs", "det", f"digits_{name}.yaml"), [])
+        cfg = resolve_config(os.path.join(run_dir, "config.yaml"), [])
         minutes, evals = log_times(run_dir), eval_rows(run_dir)
         curve = " ".join(f"{evals[e]['bbox.AP']:.3f}@{minutes[e]:.1f}" for e in sorted(evals) if e in minutes)
         last = evals[max(evals)]
         params, gflops = flops(cfg)
         speed = images_per_second(cfg, os.path.join(run_dir, "checkpoints", "ckpt_best.pth"), args.images)
-        rows.append((f"digits_{name}", f"{last['bbox.AP']:.3f}", f"{last['bbox.AP50']:.3f}",
+        rows.append((name, f"{last['bbox.AP']:.3f}", f"{last['bbox.AP50']:.3f}",
                      f"{minutes[max(evals)]:.1f}", params, gflops, f"{speed:.1f}", curve))
     head = ("config", "AP", "AP50", "minutes", "params", "FLOPs", "img/s", "AP@minutes after each epoch")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
