@@ -159,7 +159,7 @@ def test_color_jitter_draws_as_up():
         build_transforms([{"type": "crop", "kwargs": {"crop_prob": 2}}])
 
 
-def test_digits_improve_pipeline_through_two_workers_as_in_the_main_process():
+def test_digits_improve_pipeline_through_two_workers_as_in_the_main_process_and_on_resume():
     ds = DigitsDetection(num_images=12, canvas_size=48, transforms=IMPROVE)
     runs = [list(LoaderFactory(loader_cfg(num_workers=workers), ds, None, seed=5).train_loader(1))
             for workers in (2, 0)]
@@ -168,6 +168,8 @@ def test_digits_improve_pipeline_through_two_workers_as_in_the_main_process():
         assert all(torch.equal(x["boxes"], y["boxes"]) for x, y in zip(a["target"], b["target"]))
         assert all(image.shape == (3, 48, 40) for image in a["image"])
     assert len(runs[0]) == 3
+    resumed = list(LoaderFactory(loader_cfg(num_workers=0), ds, None, seed=5).train_loader(1, start_batch=2))
+    assert all(torch.equal(x, y) for x, y in zip(resumed[0]["image"], runs[0][2]["image"]))  # resume draws the same
 
 
 def test_up_improve_files_pipelines_build_after_the_dataset_translation():
