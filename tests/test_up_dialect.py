@@ -129,7 +129,8 @@ def test_shared_loader_keys_and_aspect_groups(tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     ("type: base\n      kwargs: {sampler: {type: dist", None),
-    ("type: base\n      kwargs: {sampler: {type: repeat_factor", "repeat_factor.*not mapped"),
+    # repeat_factor maps (dataset.repeat_factor); fix_seed is a dist sampler kwarg, not one of its
+    ("type: base\n      kwargs: {sampler: {type: repeat_factor", r"repeat_factor.fix_seed: unknown key \(accepted: t, pn"),
     ("type: bse\n      kwargs: {sampler: {type: dist", r"batch_sampler.type: unknown type 'bse'.*did you mean 'base'"),
 ])
 def test_bad_up_loader_entries(tmp_path, edit, match):
