@@ -90,7 +90,10 @@ def test_simota_without_boxes_or_candidates_assigns_nothing():
 def test_iou_losses_against_hand_values():
     a, b = torch.tensor([[0.0, 0, 2, 2], [0, 0, 4, 4]]), torch.tensor([[1.0, 1, 3, 3], [0, 0, 4, 4]])
     iou = 1 / 7  # intersection 1, union 7
-    assert iou_loss(a, b, "iou").tolist() == pytest.approx([1 - iou, 0.0], abs=1e-6)
+    assert iou_loss(a, b, "iou").tolist() == pytest.approx([-math.log(iou), 0.0], abs=1e-6)  # UP's iou: -log
+    assert iou_loss(a, b, "linear_iou").tolist() == pytest.approx([1 - iou, 0.0], abs=1e-6)
+    apart = torch.tensor([[10.0, 10, 12, 12]])
+    assert iou_loss(a[:1], apart, "iou").item() == pytest.approx(-math.log(1e-7))  # no overlap: finite
     assert iou_loss(a, b, "square_iou").tolist() == pytest.approx([1 - iou ** 2, 0.0], abs=1e-6)
     assert iou_loss(a, b, "giou").tolist() == pytest.approx([1 - (iou - 2 / 9), 0.0], abs=1e-6)  # hull 9
     with pytest.raises(ConfigError):

@@ -16,7 +16,7 @@ from torchvision.ops import box_convert, generalized_box_iou_loss
 from ....errors import ConfigError
 from .assigner import SimOTAAssigner
 
-IOU_KINDS = ("iou", "square_iou", "giou")
+IOU_KINDS = ("iou", "linear_iou", "square_iou", "giou")  # UP's loss_type names
 
 
 def paired_iou(a, b, eps=1e-7):
@@ -28,16 +28,19 @@ def paired_iou(a, b, eps=1e-7):
     return inter / (area_a + area_b - inter + eps)
 
 
-def iou_loss(pred, target, kind="square_iou"):
-    """Per-pair box loss [N] for xyxy boxes: ``iou`` 1 - IoU, ``square_iou`` 1 - IoU^2
-    (YOLOX's own), ``giou`` 1 - GIoU."""
+def iou_loss(pred, target, kind="square_iou", eps=1e-7):
+    """Per-pair box loss [N] for xyxy boxes, UP's kinds: ``iou`` -log IoU (IoU floored at
+    ``eps``: a positive that misses its box entirely gets a large finite loss, not inf),
+    ``linear_iou`` 1 - IoU, ``square_iou`` 1 - IoU^2 (YOLOX's own), ``giou`` 1 - GIoU."""
     if kind == "giou":
-        return generalized_box_iou_loss(pred, target, reduction="none", eps=1e-7)
+        return generalized_box_iou_loss(pred, target, reduction="none", eps=eps)
     iou = paired_iou(pred, target)
     if kind == "square_iou":
         return 1 - iou ** 2
-    if kind == "iou":
+    if kind == "linear_iou":
         return 1 - iou
+    if kind == "iou":
+        return -torch.log(iou.clamp(min=eps))
     raise ConfigError("iou_loss", f"{kind!r} is not one of {', '.join(IOU_KINDS)}")
 
 
