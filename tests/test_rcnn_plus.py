@@ -489,19 +489,20 @@ def test_up_named_weights_translate_to_ours():
         assert model.translate_up_weights(up_named).keys() == ours.keys()
 
 
-def test_rpn_losses_are_divided_by_the_positive_anchors():
-    """UP's rule: 1 positive and 3 negatives sampled, all logits 0: BCE sum 4 log 2 over 1 positive;
-    the positive's deltas off by (2, 0, 0, 0) with beta 1/9: 2 - 1/18 over 1 positive."""
-    model = build_model(small_c4())
-    rpn = model.roi_head
-    rpn.fg_bg_sampler.batch_size_per_image = 4
+def test_rpn_losses_are_divided_as_ups_post_process_divides_them():
+    """1 positive and 3 negatives sampled, all logits 0: BCE sum 4 log 2; the positive's deltas off
+    by (2, 0, 0, 0) with beta 1/9: 2 - 1/18. rpn_post (C4) divides by the 4 sampled anchors,
+    retina_post (UP's R-FCN file) by the 1 positive."""
     labels = [torch.tensor([1.0, 0, 0, 0])]
     wanted = [torch.zeros(4, 4)]
     deltas = torch.zeros(4, 4)
     deltas[0, 0] = 2.0
-    cls, loc = rpn.compute_loss(torch.zeros(4, 1), deltas, labels, wanted)
-    assert float(cls) == pytest.approx(4 * math.log(2))
-    assert float(loc) == pytest.approx(2 - 0.5 / 9)
+    for builder, count in ((small_c4, 4), (small_rfcn, 1)):
+        rpn = build_model(builder()).roi_head
+        rpn.fg_bg_sampler.batch_size_per_image = 4
+        cls, loc = rpn.compute_loss(torch.zeros(4, 1), deltas, labels, wanted)
+        assert float(cls) == pytest.approx(4 * math.log(2) / count)
+        assert float(loc) == pytest.approx((2 - 0.5 / 9) / count)
 
 
 @pytest.mark.parametrize("builder", [small_fcos, small_rfcn, small_cascade])
@@ -515,3 +516,18 @@ def test_an_image_without_boxes_trains_and_bfloat16_autocast_keeps_float_losses(
         losses = model(batch)
     assert all(torch.isfinite(v) and v.dtype == torch.float32 for v in losses.values()), losses
     sum(losses.values()).backward()
+
+
+def test_no_proposal_gives_no_detection_and_boxes_moved_out_of_the_image_are_dropped():
+    nets = [FixedNet([0.0, 1.0], [0.0, 0, 0, 0]), FixedNet([0.0, 1.0], [0.0, 0, 0, 0])]
+    stds = [[0.1, 0.1, 0.2, 0.2]] * 2
+    det = fixed_cascade(nets, [0.5, 0.6], stds).detect({}, [torch.zeros(0, 4)], [(32, 32)])[0]
+    assert det["boxes"].shape == (0, 4) and det["labels"].numel() == 0
+    # stage 1 moves every RoI 10 widths right (dx 100 / weight 10): the 10 x 10 box at x 0 leaves
+    # the 32-pixel image and is clipped to nothing; stage 2 trains on the ground truth alone
+    nets = [FixedNet([0.0, 0.0], [100.0, 0, 0, 0]), FixedNet([0.0, 0.0], [0.0, 0, 0, 0])]
+    targets = [{"boxes": torch.tensor([[0.0, 0, 10, 10]]), "labels": torch.tensor([1])}]
+    losses = fixed_cascade(nets, [0.5, 0.6], stds).losses({}, [torch.tensor([[0.0, 0, 10, 10]])], [(32, 32)],
+                                                           targets)
+    assert nets[1].seen[0].tolist() == [[0.0, 0, 10, 10]]
+    assert all(torch.isfinite(v) for v in losses.values())

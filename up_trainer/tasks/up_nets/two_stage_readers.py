@@ -111,7 +111,7 @@ def read_rpn(head, post, strides, in_channels):
         dict(training=phases["train"]["pre"], testing=phases["test"]["pre"]),
         dict(training=phases["train"]["top"], testing=phases["test"]["top"]),
         phases["train"]["nms"], phases["train"]["score"], beta=beta, allowed_border=border,
-        cls_weight=cls_weight, loc_weight=loc_weight)
+        cls_weight=cls_weight, loc_weight=loc_weight, per_positive=post.what == "retina_post")
     rpn.proposal_matcher = matcher
     return rpn
 

@@ -8,7 +8,7 @@ stage's IoU thresholds (UP's ``max_iou`` matcher), ``batch_size`` RoIs are sampl
 loss is softmax cross-entropy (mean over the sampled RoIs) plus smooth-L1 (beta = 1 / sigma^2)
 summed over the positives and divided by the sampled count, both times the stage's weight.
 Before the next stage the sampled RoIs (ground truth removed) are moved by their predicted
-deltas (of their target class), without gradient.
+deltas (of their target class), without gradient; RoIs clipped to nothing are dropped.
 
 Test: the stages run in turn on the refined boxes; the class probabilities are averaged over
 the stages (``test_ensemble``, Cascade R-CNN) or the last stage's are used, the last stage's
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision.models.detection._utils import BalancedPositiveNegativeSampler, BoxCoder
-from torchvision.ops import batched_nms, box_iou, clip_boxes_to_image
+from torchvision.ops import batched_nms, box_iou, clip_boxes_to_image, remove_small_boxes
 
 
 def sample_rois(proposals, targets, matcher, sampler, coder):
@@ -48,7 +48,7 @@ def sample_rois(proposals, targets, matcher, sampler, coder):
 
 def pick_deltas(deltas, classes):
     """[R, 4] deltas of each RoI's class (of the only box when class-agnostic)."""
-    d = deltas.view(len(deltas), -1, 4)
+    d = deltas.view(len(deltas), deltas.shape[1] // 4, 4)
     if d.shape[1] == 1:
         return d[:, 0]
     return d[torch.arange(len(d), device=d.device), classes]
@@ -56,6 +56,8 @@ def pick_deltas(deltas, classes):
 
 def box_loss(logits, deltas, labels, wanted, beta):
     """(softmax CE mean over RoIs, smooth-L1 over positives / RoI count)."""
+    if not len(labels):  # no RoI at all: zero losses that still reach every parameter
+        return logits.sum() * 0, deltas.sum() * 0
     cls = F.cross_entropy(logits, labels)
     pos = labels > 0
     loc = F.smooth_l1_loss(pick_deltas(deltas, labels)[pos], wanted[pos], beta=beta, reduction="sum")
@@ -90,7 +92,7 @@ class BoxStages(nn.Module):
                 with torch.no_grad():
                     moved = self.coders[t].decode_single(pick_deltas(deltas.detach(), torch.cat(labels)),
                                                          torch.cat(rois))
-                rois = [clip_boxes_to_image(b[~g], s)
+                rois = [_usable(clip_boxes_to_image(b[~g], s))
                         for b, g, s in zip(moved.split([len(r) for r in rois]), is_gt, sizes)]
         return out
 
@@ -107,7 +109,7 @@ class BoxStages(nn.Module):
                 rois = [clip_boxes_to_image(b, s) for b, s in zip(moved.split([len(r) for r in rois]), sizes)]
         scores = sum(probs) / len(probs) if self.ensemble else probs[-1]
         n, c = scores.shape
-        d = deltas.view(n, -1, 4).expand(n, c, 4) if deltas.shape[1] == 4 else deltas.view(n, c, 4)
+        d = deltas.view(n, 1, 4).expand(n, c, 4) if deltas.shape[1] == 4 else deltas.view(n, c, 4)
         boxes = self.coders[-1].decode_single(d.reshape(-1, 4), torch.cat(rois).repeat_interleave(c, 0)).view(n, c, 4)
         results, start = [], 0
         for r, size in zip(rois, sizes):
@@ -120,6 +122,12 @@ class BoxStages(nn.Module):
             kept = batched_nms(b, s, labels, self.nms_thresh)[: self.detections_per_img]
             results.append({"boxes": b[kept], "scores": s[kept], "labels": labels[kept]})
         return results
+
+
+def _usable(boxes, min_size=1e-3):
+    """The refined RoIs the next stage can encode against: a box moved out of the image is
+    clipped to zero width or height, and its deltas would be infinite."""
+    return boxes[remove_small_boxes(boxes, min_size)]
 
 
 def box_coder(stds):

@@ -1,5 +1,6 @@
 """UP's region proposal stage on torchvision's RegionProposalNetwork: UP's smooth-L1 ``sigma``
-(beta = 1 / sigma^2), UP's normalisation (both losses over the positive anchors), anchors
+(beta = 1 / sigma^2), UP's normalisation (both losses over the sampled anchors for rpn_post,
+over the positive ones for retina_post), anchors
 crossing the image border by more than ``allowed_border`` pixels left out of training (UP's
 rule; -1 keeps all), and the losses computed whenever targets are given (the validation loss
 too), with the phase's top-n settings."""
@@ -9,9 +10,10 @@ from torchvision.models.detection.rpn import RegionProposalNetwork, concat_box_p
 
 
 class UPRegionProposals(RegionProposalNetwork):
-    def __init__(self, *args, beta=1 / 9, allowed_border=-1, cls_weight=1.0, loc_weight=1.0, **kwargs):
+    def __init__(self, *args, beta=1 / 9, allowed_border=-1, cls_weight=1.0, loc_weight=1.0,
+                 per_positive=False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.beta, self.allowed_border = float(beta), allowed_border
+        self.beta, self.allowed_border, self.per_positive = float(beta), allowed_border, per_positive
         self.cls_weight, self.loc_weight = cls_weight, loc_weight
 
     def forward(self, images, features, targets=None):
@@ -44,12 +46,13 @@ class UPRegionProposals(RegionProposalNetwork):
         pos = torch.where(torch.cat(pos))[0]
         sampled = torch.cat([pos, torch.where(torch.cat(neg))[0]])
         labels, wanted = torch.cat(labels), torch.cat(wanted)
-        # UP's rule: both losses summed and divided by the positive anchors (torchvision divides by
-        # the sampled ones); a two-way softmax's cross-entropy is this BCE on the logits' difference
-        positives = max(pos.numel(), 1)
-        loc = F.smooth_l1_loss(deltas[pos], wanted[pos], beta=self.beta, reduction="sum") / positives
+        # both losses summed and divided by the sampled anchors (UP's rpn_post, torchvision) or by the
+        # positive ones (UP's retina_post); a two-way softmax's cross-entropy is this BCE on the
+        # logits' difference
+        count = max(pos.numel() if self.per_positive else sampled.numel(), 1)
+        loc = F.smooth_l1_loss(deltas[pos], wanted[pos], beta=self.beta, reduction="sum") / count
         cls = F.binary_cross_entropy_with_logits(objectness.flatten()[sampled], labels[sampled], reduction="sum")
-        return cls / positives, loc
+        return cls / count, loc
 
 
 class UPRPNHead(torch.nn.Module):
