@@ -79,7 +79,8 @@ def test_drop_path_keeps_whole_samples_scaled_by_the_keep_probability():
     torch.manual_seed(0)
     out = branch.train()(torch.ones(2000, 3))
     per_sample = out[:, 0]
-    assert torch.allclose(per_sample.unique(), torch.tensor([0.0, 4 / 3]))  # a sample's branch is dropped or scaled by 1/0.75
+    # a sample's branch is dropped or scaled by 1 / 0.75
+    assert torch.allclose(per_sample.unique(), torch.tensor([0.0, 4 / 3]))
     assert torch.equal(out, per_sample[:, None].expand(-1, 3))  # whole samples, never single values
     assert abs((per_sample == 0).float().mean().item() - 0.25) < 0.03
     assert torch.equal(branch.eval()(torch.ones(4, 3)), torch.ones(4, 3))

@@ -325,7 +325,8 @@ class ClsMetaDataset(ClsDatasetBase):
         found = sorted(os.path.join(root, name) for root, _, names in os.walk(source) for name in names
                        if name.lower().endswith(self.IMAGE_EXTENSIONS))
         if not found:
-            raise DataError(f"inference_cfg.inference_from: no images ({', '.join(self.IMAGE_EXTENSIONS)}) under {source}")
+            raise DataError(f"inference_cfg.inference_from: no images ({', '.join(self.IMAGE_EXTENSIONS)}) "
+                            f"under {source}")
         self._listed = found
         return source
 

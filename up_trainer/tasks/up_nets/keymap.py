@@ -29,7 +29,8 @@ _SWIN = [
     (r"\.mlp\.fc1\.", ".mlp.0."), (r"\.mlp\.fc2\.", ".mlp.3."), (r"^norm3\.", "norm."),
 ]
 _VIT = [
-    (r"^layers\.encoder_(\d+)\.", r"encoder.layers.encoder_layer_\1."), (r"\.norm1\.", ".ln_1."), (r"\.norm2\.", ".ln_2."),
+    (r"^layers\.encoder_(\d+)\.", r"encoder.layers.encoder_layer_\1."),
+    (r"\.norm1\.", ".ln_1."), (r"\.norm2\.", ".ln_2."),
     (r"\.attention\.to_qkv\.weight$", ".self_attention.in_proj_weight"),
     (r"\.attention\.to_qkv\.bias$", ".self_attention.in_proj_bias"),
     (r"\.attention\.to_out\.", ".self_attention.out_proj."),
