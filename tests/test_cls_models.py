@@ -6,7 +6,7 @@ import torch
 import torchvision
 from torch import nn
 
-from up_trainer.errors import ConfigError, UserError
+from up_trainer.errors import ConfigError, DataError, UserError
 from up_trainer.registry import MODELS
 from up_trainer.tasks.cls.models import ARCHS, ClassificationModel, first_conv
 from up_trainer.tasks.net import ComposedModel, build_model
@@ -102,7 +102,7 @@ def test_small_input_forward_train_and_eval(arch, size):
 def test_training_without_labels_is_an_error():
     with torch.device("meta"):
         model = build("resnet18", num_classes=3)
-        with pytest.raises(ValueError, match="label"):
+        with pytest.raises(DataError, match="label"):
             model({"image": torch.zeros(1, 3, 8, 8)})
 
 

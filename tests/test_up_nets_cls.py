@@ -119,7 +119,7 @@ def test_multi_head_dropout_and_group_norm():
 
 @pytest.mark.parametrize("bad, message", [
     ({"bkw": {"style": "caffe"}}, "net[0].kwargs.style: 'caffe' is not supported for UP's resnet18; only 'pytorch'"),
-    ({"bkw": {"out_strides": [16]}}, "net[0].kwargs.out_strides: [16] is not supported"),
+    ({"bkw": {"out_strides": [16]}}, "net[0].kwargs.out_strides: [16]: the strides follow from out_layers: [32]"),
     ({"bkw": {"frozen_layer": [0]}}, "net[0].kwargs.frozen_layer: UP kwarg not supported by our resnet18 (did you "
                                      "mean 'frozen_layers'"),
     ({"bkw": {"normalize": {"type": "task_solo_bn"}}}, "net[0].kwargs.normalize.type: UP norm 'task_solo_bn' is "

@@ -220,7 +220,7 @@ def _normalize_dataset(ds):
                                                      and g > 0 for g in groups)):
         raise ConfigError("dataset.aspect_ratio_groups", f"expected a list of positive ratios, got {groups!r}")
     if ds["repeat_factor"] is not None:
-        from ..data.repeat_factor import check_repeat_factor
+        from .repeat_factor import check_repeat_factor
 
         ds["repeat_factor"] = check_repeat_factor(ds["repeat_factor"])
     if ds["train"] is None and ds["test"] is None:
