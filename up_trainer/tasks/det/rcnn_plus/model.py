@@ -4,28 +4,10 @@ by UP's pipeline) or an NxCxHxW tensor, ``batch["target"]`` a list of {boxes xyx
 1..C}. Training returns the losses; eval returns ``{"detections": [{boxes, scores, labels
 1..C}, ...]}`` and, when targets are given, the losses as well (the validation loss)."""
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ..padded_batch import batch_images
 from .fcos import fcos_points
-
-SIZE_DIVISOR = 32
-
-
-def batch_images(images, divisor=SIZE_DIVISOR):
-    """(N x C x H' x W' zero-padded bottom/right to a multiple of ``divisor``, [(h, w)] before padding)."""
-    if isinstance(images, torch.Tensor) and images.dim() == 3:
-        images = [images]
-    sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
-    ph = -(-max(h for h, _ in sizes) // divisor) * divisor
-    pw = -(-max(w for _, w in sizes) // divisor) * divisor
-    if isinstance(images, torch.Tensor):
-        return F.pad(images, (0, pw - images.shape[-1], 0, ph - images.shape[-2])), sizes
-    x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
-    for i, im in enumerate(images):
-        x[i, :, : im.shape[-2], : im.shape[-1]] = im
-    return x, sizes
-
 
 def _targets(batch, training):
     targets = batch.get("target")

@@ -4,14 +4,13 @@ other detectors (:class:`..models.DetectionModel`, :class:`..yolox.YoloxModel`).
 from collections import OrderedDict
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchvision.models.detection._utils import BoxCoder
 
 from ....weights import load_fitting, load_weights
+from ..padded_batch import batch_images
 from .postprocess import flatten_outputs, grid_anchors
 
-SIZE_DIVISOR = 32  # the padded batch divides evenly into the strides up to 32 (UP's alignment)
 
 
 def box_coder():
@@ -47,19 +46,11 @@ class RetinaPlusModel(nn.Module):
         self.register_buffer("image_std", std, persistent=False)
 
     def batch_images(self, images):
-        """(N x C x H' x W' padded batch, [(h, w)] of each image before padding)."""
-        if isinstance(images, torch.Tensor) and images.dim() == 3:
-            images = [images]
-        sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
-        ph = -(-max(h for h, _ in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
-        pw = -(-max(w for _, w in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
-        norm = (lambda t: (t - self.image_mean) / self.image_std) if self.image_mean is not None else (lambda t: t)
-        if isinstance(images, torch.Tensor):
-            return F.pad(norm(images), (0, pw - images.shape[-1], 0, ph - images.shape[-2])), sizes
-        x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
-        for i, im in enumerate(images):
-            x[i, :, : im.shape[-2], : im.shape[-1]] = norm(im)
-        return x, sizes
+        """(N x C x H' x W' batch, normalized then zero-padded, [(h, w)] of each image before padding)."""
+        if self.image_mean is not None:
+            norm = lambda t: (t - self.image_mean) / self.image_std  # noqa: E731
+            images = norm(images) if isinstance(images, torch.Tensor) else [norm(im) for im in images]
+        return batch_images(images)
 
     def features(self, x):
         feats = self.backbone(x)

@@ -1,11 +1,11 @@
 """YoloxModel: CSPDarknet + YoloxPAFPN + YoloXHead, SimOTA losses, decode and NMS, with the
 forward contract of the project's other detectors (:class:`..models.DetectionModel`)."""
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ....errors import ConfigError
 from ....weights import load_fitting, load_weights
+from ..padded_batch import batch_images
 from .assigner import SimOTAAssigner
 from .backbone import CSPDarknet
 from .head import YoloXHead
@@ -17,7 +17,6 @@ from .postprocess import YoloxPostprocess, flatten_outputs
 # size -> (depth multiplier, width multiplier, depthwise convolutions), as published
 SIZES = {"nano": (0.33, 0.25, True), "tiny": (0.33, 0.375, False), "s": (0.33, 0.50, False),
          "m": (0.67, 0.75, False), "l": (1.0, 1.0, False), "x": (1.33, 1.25, False)}
-SIZE_DIVISOR = 32  # the coarsest stride: the padded input divides evenly into every level
 
 
 class YoloxModel(nn.Module):
@@ -43,18 +42,8 @@ class YoloxModel(nn.Module):
         self.pixel_scale, self.use_l1 = float(pixel_scale), bool(use_l1)
 
     def batch_images(self, images):
-        """(N x C x H' x W' padded batch, [(h, w)] of each image before padding)."""
-        if isinstance(images, torch.Tensor) and images.dim() == 3:
-            images = [images]
-        sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
-        ph = -(-max(h for h, _ in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
-        pw = -(-max(w for _, w in sizes) // SIZE_DIVISOR) * SIZE_DIVISOR
-        if isinstance(images, torch.Tensor):
-            x = F.pad(images, (0, pw - images.shape[-1], 0, ph - images.shape[-2]))
-        else:
-            x = images[0].new_zeros((len(images), images[0].shape[0], ph, pw))
-            for i, im in enumerate(images):
-                x[i, :, : im.shape[-2], : im.shape[-1]] = im
+        """(N x C x H' x W' padded batch scaled by ``pixel_scale``, [(h, w)] of each image before padding)."""
+        x, sizes = batch_images(images)
         return x * self.pixel_scale, sizes
 
     def forward(self, batch):
