@@ -11,6 +11,7 @@ epoch reaches the seeding even inside worker processes that outlive an epoch
 """
 import atexit
 import math
+import multiprocessing
 import signal
 import weakref
 
@@ -116,9 +117,20 @@ class WorkerTrackingLoader(DataLoader):
     exit handler below can find them (multiprocessing drops a process's target once started)."""
 
     def _get_iterator(self):
-        iterator = super()._get_iterator()
-        _WORKERS.update(getattr(iterator, "_workers", ()))
-        return iterator
+        # Workers are forked with SIGTERM/SIGINT blocked, so a group signal landing before their
+        # worker_init_fn ignores it cannot kill them (the main process gets it once unblocked).
+        # Children are recorded even when starting raises, so the exit handler finds them all.
+        before = set(multiprocessing.active_children())
+        blocked = {signal.SIGTERM, signal.SIGINT}
+        masked = self.num_workers > 0 and hasattr(signal, "pthread_sigmask")
+        if masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            return super()._get_iterator()
+        finally:
+            _WORKERS.update(set(multiprocessing.active_children()) - before)
+            if masked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
 @atexit.register
