@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import generalized_box_iou_loss
 
+from ..yolox.losses import mean_over_processes  # one rule for both: YOLOX normalises the same way
 from .assigner import ATSSAssigner
 
 LOSS_KEYS = ("loss_cls", "loss_loc", "loss_iou")
@@ -45,18 +46,6 @@ def paired_iou(a, b):
     inter = (rb - lt).clamp(min=0).prod(dim=1)
     area = (a[:, 2:] - a[:, :2]).clamp(min=0).prod(dim=1) + (b[:, 2:] - b[:, :2]).clamp(min=0).prod(dim=1)
     return inter / (area - inter).clamp(min=1e-6)
-
-
-def mean_over_processes(value):
-    """``value`` (a 0-d tensor) summed over data-parallel processes / their number, at least 1."""
-    import torch.distributed as dist
-
-    value = value.detach().float()
-    if dist.is_available() and dist.is_initialized():
-        value = value.clone()
-        dist.all_reduce(value)
-        value = value / dist.get_world_size()
-    return max(float(value), 1.0)
 
 
 class RetinaPlusCriterion:

@@ -52,16 +52,17 @@ def l1_targets(gt_xyxy, centers, strides, eps=1e-8):
     return torch.cat(((cxcywh[:, :2] - corner) / s, torch.log(cxcywh[:, 2:] / s + eps)), dim=1)
 
 
-def _mean_over_processes(count):
-    """The positives per process, averaged over data-parallel processes (at least 1), as
-    YOLOX normalises: every process divides by the same number."""
+def mean_over_processes(value):
+    """``value`` (a 0-d tensor, e.g. the positives of this process) summed over data-parallel
+    processes / their number, at least 1: every process divides its losses by the same number."""
     import torch.distributed as dist
 
+    value = value.detach().float()
     if dist.is_available() and dist.is_initialized():
-        count = count.clone()
-        dist.all_reduce(count)
-        count = count / dist.get_world_size()
-    return max(float(count), 1.0)
+        value = value.clone()
+        dist.all_reduce(value)
+        value = value / dist.get_world_size()
+    return max(float(value), 1.0)
 
 
 class YoloxCriterion:
@@ -91,7 +92,7 @@ class YoloxCriterion:
             if use_l1:
                 l1_t.append(l1_targets(gt_boxes[a.matched_gt], centers[a.fg_mask], strides[a.fg_mask]))
         fg = torch.stack(fg_masks)  # [N, A]
-        num_fg = _mean_over_processes(fg.sum().float())
+        num_fg = mean_over_processes(fg.sum().float())
         obj_t = fg.to(obj.dtype)
         losses = {
             "loss_cls": F.binary_cross_entropy_with_logits(cls[fg], torch.cat(cls_t), reduction="sum") / num_fg,
