@@ -29,7 +29,24 @@ def set_max_image_pixels(limit):
     _max_pixels = limit
 
 
+_image_cache = None  # dataset.cache (data/image_cache.py): installed by the run before its loaders start
+
+
+def set_image_cache(cache):
+    """Route :func:`decode_image` through ``cache`` (None: decode every time). Set in the main
+    process before the DataLoader workers are forked; they inherit it and share its arena."""
+    global _image_cache
+    _image_cache = cache
+
+
 def decode_image(path, pil_mode, where=None, resize=None):
+    """The one decode entry point: :func:`decode_file`, through the image cache when one is set."""
+    if _image_cache is not None and resize is None:
+        return _image_cache.decode(path, pil_mode, where, decode_file)
+    return decode_file(path, pil_mode, where, resize)
+
+
+def decode_file(path, pil_mode, where=None, resize=None):
     """A uint8 HxW or HxWxC array of the image at ``path`` in Pillow mode ``pil_mode``
     (optionally resized to ``resize`` (w, h)); every failure is one DataError line.
 
