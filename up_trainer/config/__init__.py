@@ -41,15 +41,23 @@ def add_default_hooks(cfg):
     return cfg
 
 
+def _addresses_a_hook_entry(opt):
+    parts = opt.split("=", 1)[0].strip().split(".")
+    return parts[0] == "hooks" and len(parts) > 1
+
+
 def resolve_config(path, opts=()):
     """The config as the trainer sees it: validated, defaults filled, default hooks listed."""
     cfg = load_file(path)
     opts = list(opts or ())
-    # --opts on default_hooks must apply before the defaults are merged into the hook list.
-    early = [o for o in opts if o.split("=", 1)[0].split(".")[0] == "default_hooks"]
-    apply_opts(cfg, early)
+    # One path for the file and the command line: an option acts as if it were written in the
+    # YAML file (``hooks=[...]`` and ``default_hooks.logger=null`` included), then the default
+    # hooks join the list as they do for a file; only options that address one entry of that
+    # list (``hooks.train_val_logger.kwargs.freq=5``, ``hooks.0.kwargs...``) wait for them.
+    in_hook_list = [o for o in opts if _addresses_a_hook_entry(o)]
+    apply_opts(cfg, [o for o in opts if o not in in_hook_list])
     add_default_hooks(cfg)
-    apply_opts(cfg, [o for o in opts if o not in early])
+    apply_opts(cfg, in_hook_list)
     translate(cfg, path)  # UP's dialect -> native structures (config/up_form.py)
     shortcuts_to_hooks(cfg)  # ema section / trainer.clip_grad -> hooks (config/shortcuts.py)
     return validate(cfg)
