@@ -64,7 +64,7 @@ def test_tokens_reach_the_server_and_no_file(tmp_path, pavi_server, monkeypatch)
     written = {"console": res.stdout + res.stderr}
     for name in ("config.yaml", "train.log", "metrics.csv", "metrics.jsonl"):
         written[name] = (run_dir / name).read_text()
-    ckpts = sorted(os.listdir(run_dir / "checkpoints"))
+    ckpts = sorted(n for n in os.listdir(run_dir / "checkpoints") if n.endswith(".pth"))  # not the .up.lock
     assert "ckpt_e1.pth" in ckpts
     for name in ckpts:
         stored = torch.load(run_dir / "checkpoints" / name, map_location="cpu", weights_only=True)["config"]

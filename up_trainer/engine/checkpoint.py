@@ -184,6 +184,23 @@ def load_checkpoint(path, map_location="cpu"):
     return ckpt
 
 
+def recorded_position(path):
+    """(iteration, epoch) a checkpoint file records, or None when it cannot be read.
+
+    Cheap: the file is memory-mapped and only its pickle (a few KB) is parsed; no tensor data
+    is read or checksummed. The full check is :func:`load_checkpoint`, on the file chosen."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # truncated, foreign, not a zip: ranked last, and rejected by the full load
+        return None
+    if not isinstance(ckpt, dict):
+        return None
+    iteration, epoch = ckpt.get("iter"), ckpt.get("epoch")
+    if type(iteration) is not int or type(epoch) is not int:
+        return None
+    return iteration, epoch
+
+
 def to_bytes(ckpt):
     buf = io.BytesIO()
     torch.save(ckpt, buf)
@@ -316,19 +333,24 @@ class CheckpointStore:
                     pass
 
     def candidates(self):
-        """Checkpoint files in save_dir, newest first (latest pointer first on ties)."""
+        """Checkpoint files in save_dir, furthest training position first (see
+        :func:`recorded_position`); files whose position cannot be read come last, newest name
+        order among them. File times play no part: a copy (``cp -r``) or a ``touch`` changes
+        them, not what a file holds."""
         if not os.path.isdir(self.save_dir):
             return []
-        files = []
+        ranked = []
         for name in os.listdir(self.save_dir):
-            if name.endswith(".pth") and name.startswith("ckpt_") and not name.startswith("."):
+            if name.endswith(".pth") and name.startswith("ckpt_"):
                 p = self.path(name)
-                files.append((os.path.getmtime(p), name == LATEST, p))
-        files.sort(reverse=True)
-        return [p for _, _, p in files]
+                ranked.append((recorded_position(p) or (-1, -1), name == LATEST, name, p))
+        ranked.sort(reverse=True)  # on a tie the latest pointer, then the name: the same choice every time
+        return [p for *_, p in ranked]
 
     def find_resumable(self):
-        """(path, ckpt) of the newest checkpoint that loads, skipping broken ones with a warning."""
+        """(path, ckpt) of the checkpoint furthest into training that loads and validates,
+        skipping broken ones with a warning. Only the chosen file (and any broken one before it)
+        is read in full; the others are ranked by their small header."""
         self.flush()
         for p in self.candidates():
             try:

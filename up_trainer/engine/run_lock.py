@@ -1,15 +1,24 @@
-"""One `up train` per run dir: an exclusive lock on ``<run dir>/.up.lock``.
+"""One `up train` per directory: an exclusive lock on ``<dir>/.up.lock`` in every directory a
+run writes (the run dir, saver.save_dir, saver.results_dir, the logger's logdir).
 
-Two runs in one directory would interleave metrics.csv, train.log and checkpoints and both
-exit 0. The lock is a POSIX record lock (``fcntl.lockf``): the kernel drops it when its process
-dies, however it dies, so a lock is never stale in the kernel's eyes; it works on NFS, and a
-forked child (a DataLoader worker) does not inherit it. The file holds the holder's PID and
-host for the message the next run prints; a clean exit empties it, so text found by a new
-holder means the previous one died holding it (its lock is then simply taken over).
+Two runs writing one directory would interleave metrics.csv, train.log and event files, and
+overwrite each other's checkpoints, and both exit 0. Locking only the run dir is not enough:
+two runs in different work dirs may share an absolute ``saver.save_dir`` or logdir.
+
+Each lock is a POSIX record lock (``fcntl.lockf``): the kernel drops it when its process dies,
+however it dies, so a lock is never stale in the kernel's eyes; it works on NFS, and a forked
+child (a DataLoader worker) does not inherit it. The file holds the holder's PID and host for
+the message the next run prints; a clean exit empties it, so text found by a new holder means
+the previous one died holding it (its lock is then simply taken over).
+
+The directories are locked in one fixed order (by real path) and never waited for: a run
+that finds one held releases those it took and stops. So two runs can never deadlock, and of
+two runs that share several directories the one that takes the first shared one proceeds.
 """
 import contextlib
 import datetime
 import fcntl
+import inspect
 import logging
 import os
 import socket
@@ -19,29 +28,79 @@ from ..errors import UserError
 LOCK_NAME = ".up.lock"
 log = logging.getLogger("up")
 
+# What the run-dir message tells the user to change, by the key that named the directory.
+_CHANGE = {"run dir": "--work-dir"}
+
 
 def _holder_text(fd):
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, 512).decode("utf-8", "replace").strip()
 
 
+def _resolve(path, base):
+    return path if os.path.isabs(path) else os.path.join(base, path)
+
+
+def logger_logdir(cfg, run_dir):
+    """The directory train_val_logger writes its summary (event files) to, or None when it
+    writes none (no logger, or ``summary_writer: none``)."""
+    for entry in cfg.get("hooks") or []:
+        if not isinstance(entry, dict) or entry.get("type") != "train_val_logger":
+            continue
+        kwargs = entry.get("kwargs") or {}
+        from ..registry import HOOKS
+
+        defaults = inspect.signature(HOOKS.get("train_val_logger")).parameters
+        if kwargs.get("summary_writer", defaults["summary_writer"].default) == "none":
+            return None
+        return _resolve(kwargs.get("logdir", defaults["logdir"].default), run_dir)
+    return None
+
+
+def written_dirs(cfg, run_dir, work_dir=None, evaluate_only=False):
+    """[(the key that names it, path)] of every directory this run writes, the run dir first.
+    Relative saver paths resolve as the builder resolves them; the logdir against the run dir."""
+    base = work_dir or os.getcwd()
+    saver = cfg["saver"]
+    dirs = [("run dir", run_dir)]
+    if not evaluate_only:
+        dirs.append(("saver.save_dir", _resolve(saver["save_dir"], base)))
+    evaluates = evaluate_only or (cfg["dataset"].get("test") is not None and cfg["trainer"].get("is_eval", True))
+    if evaluates and saver.get("save_result", True) and saver.get("results_dir"):
+        dirs.append(("saver.results_dir", _resolve(saver["results_dir"], base)))
+    if not evaluate_only:
+        logdir = logger_logdir(cfg, run_dir)
+        if logdir is not None:
+            dirs.append(("train_val_logger logdir", logdir))
+    return dirs
+
+
+def lock_order(dirs):
+    """``dirs`` without repeats (one directory named twice, or through a symlink, is locked
+    once, under its first name), ordered by real path: the order every run locks in."""
+    seen = {}
+    for what, path in dirs:
+        seen.setdefault(os.path.realpath(path), (what, path))
+    return [seen[real] for real in sorted(seen)]
+
+
 @contextlib.contextmanager
-def hold_run_dir(run_dir):
-    """Hold the run dir's lock for the block; yields the description of a dead previous
-    holder whose lock was taken over (None when there was none). A held lock: UserError."""
-    os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, LOCK_NAME)
+def _hold(what, path):
+    """Hold one directory's lock for the block; yields the text a dead previous holder left
+    (None when there was none). A held lock: UserError naming the directory and its holder."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise UserError(f"cannot lock the run dir {run_dir}: {exc.strerror}: {path}") from None
+        raise UserError(f"cannot lock the {what} {path}: {exc.strerror or exc}: "
+                        f"{os.path.join(path, LOCK_NAME)}") from None
     try:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = _holder_text(fd) or "another process"
-            raise UserError(f"run dir {run_dir} is in use by another up train: {holder} "
-                            f"(wait for it to end, or give another --work-dir)") from None
+            raise UserError(f"{what} {path} is in use by another up train: {holder} "
+                            f"(wait for it to end, or give another {_CHANGE.get(what, what)})") from None
         stale = _holder_text(fd) or None
         started = datetime.datetime.now().isoformat(timespec="seconds")
         os.ftruncate(fd, 0)
@@ -54,3 +113,18 @@ def hold_run_dir(run_dir):
             os.ftruncate(fd, 0)  # released cleanly: the next holder finds it empty
     finally:
         os.close(fd)  # closing drops the lock
+
+
+@contextlib.contextmanager
+def hold_dirs(dirs):
+    """Hold the lock of every ``(what, path)`` in ``dirs`` for the block, taken in
+    :func:`lock_order`; yields ``[(what, path, previous holder)]`` for each lock taken over
+    from a run that died holding it. One held lock: UserError, and none is kept."""
+    with contextlib.ExitStack() as stack:
+        stale = []
+        for what, path in lock_order(dirs):
+            previous = stack.enter_context(_hold(what, path))
+            if previous:
+                stale.append((what, path, previous))
+        yield stale
+
