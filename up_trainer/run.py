@@ -124,32 +124,32 @@ def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=Fal
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False):
     from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
-    from .engine.run_lock import hold_run_dir
+    from .engine.run_lock import hold_dirs, written_dirs
 
     run_dir = work_dir or os.getcwd()
     is_main = DistInfo().is_main
+    if resume and not os.path.exists(resume):  # before anything is locked or written
+        raise CheckpointError(f"--resume: checkpoint not found: {resume}")
     if dry_run:  # writes only its log: no run-dir lock, no checkpoint directory
-        if resume and not os.path.exists(resume):
-            raise CheckpointError(f"--resume: checkpoint not found: {resume}")
         setup_logging(run_dir, is_main)
         return _dry_run(cfg, work_dir, device, evaluate_only, resume)
     if is_main:
         check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
         if not evaluate_only:
             check_writable(resolve_path(cfg["saver"]["save_dir"], work_dir), "saver.save_dir")
-    # Rank 0 holds the run dir for the whole run: a second `up train` there stops at once.
-    with hold_run_dir(run_dir) if is_main else contextlib.nullcontext() as stale_lock:
+    # Rank 0 holds every directory the run writes for the whole run: a second `up train`
+    # writing any of them stops at once (engine/run_lock.py).
+    locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
+    with locked as stale_locks:
         setup_logging(run_dir, is_main)
-        if stale_lock:
-            log.warning("run dir lock: taking over from %s, which ended without releasing it", stale_lock)
+        for what, path, holder in stale_locks:
+            log.warning("%s lock: taking over from %s, which ended without releasing it (%s)", what, holder, path)
         return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device)
 
 
 def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device):
     from .engine.builder import build_trainer, resolve_path, restore
 
-    if resume and not os.path.exists(resume):
-        raise CheckpointError(f"--resume: checkpoint not found: {resume}")
     if is_main:
         write_resolved_config(cfg, run_dir)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
