@@ -200,7 +200,8 @@ HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "pr
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models",
                              "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.retina_plus"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
-                                "up_trainer.tasks.det.digits_det"])
+                                "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
+                                "up_trainer.tasks.cls.csv_dataset"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator",
                                     "up_trainer.tasks.det.lvis_evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",

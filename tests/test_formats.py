@@ -1,0 +1,176 @@
+"""voc, yolo, labelme, cvat and csv datasets read sets written by each format's own rules
+and give the records the coco dataset gives for the same scenes."""
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from format_fixtures import by_image, digits_coco, voc_ints, write_cvat, write_labelme, write_voc, write_yolo
+from up_trainer.registry import DATASETS
+from up_trainer.tasks.det.datasets import CocoDetection
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    root = tmp_path_factory.mktemp("digits")
+    return str(root), digits_coco(str(root))
+
+
+def coco_targets(split_entry):
+    coco, img_dir, ann = split_entry
+    ds = CocoDetection(ann_file=ann, img_dir=img_dir)
+    names = {img["id"]: img["file_name"] for img in coco["images"]}
+    return ds, {names[r["image_id"]]: r for r in ds.records}
+
+
+def assert_same_records(ds, expected, box_of=lambda box: box):
+    """Every image of ``expected`` (file name -> coco record) with the same boxes (after
+    ``box_of``, the format's rounding), labels and size; the pixels read equal."""
+    got = {os.path.basename(r["file_name"]): r for r in ds.records}
+    assert sorted(got) == sorted(expected)
+    for name, ref in expected.items():
+        rec = got[name]
+        assert (rec["height"], rec["width"]) == (ref["height"], ref["width"])
+        want = np.array([box_of(b) for b in ref["boxes"]], dtype=np.float64).reshape(-1, 4)
+        order = np.lexsort(np.array(rec["boxes"]).reshape(-1, 4).T[::-1]) if rec["boxes"] else []
+        ref_order = np.lexsort(want.T[::-1]) if len(want) else []
+        np.testing.assert_allclose(np.array(rec["boxes"]).reshape(-1, 4)[order], want[ref_order], atol=1e-6)
+        assert [rec["labels"][i] for i in order] == [ref["labels"][i] for i in ref_order]
+    i = ds.records.index(got[name])
+    sample = ds[i]
+    assert sample["image"].shape[-2:] == (ref["height"], ref["width"])
+
+
+def voc_rounded(box):
+    xmin, ymin, xmax, ymax = voc_ints(box)
+    return [xmin - 1, ymin - 1, xmax, ymax]
+
+
+def test_voc_root_equals_coco_with_difficult_as_ignore(digits, caplog):
+    root, splits = digits
+    coco_ds, expected = coco_targets(splits["train"])
+    coco = splits["train"][0]
+    first = sorted(by_image(coco))[0]
+    voc_root = write_voc(coco, splits["train"][1], os.path.join(root, "voc"), "train", difficult={(first, 0)})
+    with caplog.at_level(logging.INFO, logger="up"):
+        ds = DATASETS.build({"type": "voc", "kwargs": {"root": voc_root, "split": "train",
+                                                       "classes": coco_ds.classes, "keep_difficult": True}})
+    assert ds.classes == coco_ds.classes and ds.num_classes == 10
+    assert_same_records(ds, expected, voc_rounded)
+    assert any("voc" in r.message and "classes (given)" in r.message for r in caplog.records)
+    # default: the difficult object is an ignore region, not a box; classes collected and sorted
+    plain = DATASETS.build({"type": "voc", "kwargs": {"root": voc_root, "split": "train"}})
+    rec = next(r for r in plain.records if r["file"].endswith(first))
+    assert rec["ignore"] == [voc_rounded(by_image(coco)[first][1][0][0])]
+    assert len(rec["boxes"]) == len(by_image(coco)[first][1]) - 1
+    assert plain.classes == sorted({n for _, objs in by_image(coco).values() for _, n in objs})
+    assert plain[0]["target"]["ignore_boxes"].shape[1] == 4
+    # annotation folder + image folder, no ImageSets
+    other = DATASETS.build({"type": "voc", "kwargs": {"ann_dir": os.path.join(voc_root, "Annotations"),
+                                                      "img_dir": os.path.join(voc_root, "JPEGImages"),
+                                                      "classes": coco_ds.classes, "keep_difficult": True}})
+    assert_same_records(other, expected, voc_rounded)
+
+
+def test_voc_box_rule_is_exact():
+    from up_trainer.data.formats.voc import parse_voc  # noqa: F401  (the rule is in voc.py's docstring)
+
+    # pixel columns 1..10 (1-based, inclusive) are the span 0..10 in continuous coordinates
+    assert voc_rounded([0.0, 2.0, 10.0, 12.0]) == [0, 2, 10, 12]
+
+
+@pytest.mark.parametrize("names_as_dict", [True, False])
+def test_yolo_data_yaml_equals_coco_and_negatives(digits, names_as_dict, tmp_path):
+    root, splits = digits
+    coco_ds, expected = coco_targets(splits["val"])
+    data = write_yolo({s: splits[s][:2] for s in ("train", "val")}, str(tmp_path / "yolo"), names_as_dict)
+    ds = DATASETS.build({"type": "yolo", "kwargs": {"data": data, "split": "val"}})
+    assert ds.classes == coco_ds.classes
+    assert_same_records(ds, expected)
+    # an image without a label file is a negative (kept, no boxes)
+    negative = tmp_path / "yolo" / "images" / "val" / "zz_empty.png"
+    negative.write_bytes(open(os.path.join(splits["val"][1], "000001.png"), "rb").read())
+    ds = DATASETS.build({"type": "yolo", "kwargs": {"data": data, "split": "val"}})
+    rec = next(r for r in ds.records if r["file"].endswith("zz_empty.png"))
+    assert rec["boxes"] == [] and len(ds) == len(expected) + 1
+
+
+def test_labelme_rectangles_polygons_and_embedded_images(digits, tmp_path, caplog):
+    root, splits = digits
+    coco_ds, expected = coco_targets(splits["train"])
+    coco = splits["train"][0]
+    names = sorted(by_image(coco))
+    folder = write_labelme(coco, splits["train"][1], str(tmp_path / "lm"), polygon={(names[1], 0)},
+                           embed={names[2]})
+    assert not os.path.exists(tmp_path / "lm" / names[2])
+    with caplog.at_level(logging.INFO, logger="up"):
+        ds = DATASETS.build({"type": "labelme", "kwargs": {"ann_dir": folder, "classes": coco_ds.classes}})
+    assert_same_records(ds, expected)
+    assert any("1 polygon shape(s) became their bounding box" in r.message for r in caplog.records)
+    embedded = next(i for i, r in enumerate(ds.records) if r["file"].endswith(names[2]))
+    ref = coco_ds[next(i for i, r in enumerate(coco_ds.records) if r["file"].endswith(names[2]))]
+    assert torch.equal(ds[embedded]["image"], ref["image"])
+
+
+def test_cvat_boxes_occluded_kept_attributes_ignored(digits, tmp_path):
+    root, splits = digits
+    coco_ds, expected = coco_targets(splits["val"])
+    coco = splits["val"][0]
+    first = sorted(by_image(coco))[0]
+    ann = write_cvat(coco, str(tmp_path / "annotations.xml"), occluded={(first, 0)})
+    ds = DATASETS.build({"type": "cvat", "kwargs": {"ann_file": ann, "img_dir": splits["val"][1]}})
+    assert ds.classes == coco_ds.classes  # the declared label list, in its order
+    assert_same_records(ds, expected)
+    rec = next(r for r in ds.records if r["file"].endswith(first))
+    assert rec["objects"][0].extra == {"occluded": 1}
+
+
+def test_csv_classification_names_ints_and_tsv(tmp_path):
+    from PIL import Image
+
+    for i in range(4):
+        Image.fromarray(np.full((6, 5, 3), 40 * i, np.uint8)).save(tmp_path / f"im{i}.png")
+    (tmp_path / "names.csv").write_text("path,label\nim0.png,cat\nim1.png,dog\nim2.png,cat\n")
+    ds = DATASETS.build({"type": "csv", "kwargs": {"csv_file": str(tmp_path / "names.csv")}})
+    assert ds.classes == ["cat", "dog"] and [r[1] for r in ds.records] == [0, 1, 0]
+    s = ds[1]
+    assert s["image"].shape == (3, 6, 5) and int(s["label"]) == 1 and s["image"].max() > 0
+    (tmp_path / "ints.tsv").write_text("file\tclass\nim3.png\t2\nim0.png\t0\n")
+    ds = DATASETS.build({"type": "csv", "kwargs": {"csv_file": str(tmp_path / "ints.tsv"), "path_column": "file",
+                                                   "label_column": "class", "classes": ["a", "b", "c"]}})
+    assert ds.num_classes == 3 and [r[1] for r in ds.records] == [2, 0]
+
+
+def test_train_one_epoch_on_cvat_equals_coco_and_voc_trains(digits, tmp_path):
+    """CVAT holds the scenes' boxes exactly: the same seed gives the same run as on COCO."""
+    import csv
+
+    from conftest import invoke
+    from format_fixtures import det_cfg
+    from conftest import write_cfg as write_yaml
+
+    root, splits = digits
+    (coco, img_dir, ann), (vcoco, vimg, vann) = splits["train"], splits["val"]
+    cvat_train = write_cvat(coco, str(tmp_path / "train.xml"))
+    cvat_val = write_cvat(vcoco, str(tmp_path / "val.xml"))
+    voc_root = write_voc(coco, img_dir, str(tmp_path / "voc"), "train")
+    runs = {"coco": ({"type": "coco", "kwargs": {"ann_file": ann, "img_dir": img_dir}},
+                     {"type": "coco", "kwargs": {"ann_file": vann, "img_dir": vimg}}),
+            "cvat": ({"type": "cvat", "kwargs": {"ann_file": cvat_train, "img_dir": img_dir}},
+                     {"type": "cvat", "kwargs": {"ann_file": cvat_val, "img_dir": vimg}}),
+            "voc": ({"type": "voc", "kwargs": {"root": voc_root, "split": "train", "classes": [str(i) for i in range(10)]}},
+                    {"type": "coco", "kwargs": {"ann_file": vann, "img_dir": vimg}})}
+    metrics = {}
+    for name, (train, test) in runs.items():
+        cfg = write_yaml(tmp_path / f"{name}.yaml", det_cfg(train, test))
+        result = invoke(["train", "--config", cfg, "--work-dir", tmp_path / name])
+        assert result.exit_code == 0, (name, result.stderr, result.exception)
+        with open(tmp_path / name / "metrics.csv") as f:
+            metrics[name] = list(csv.DictReader(f))
+        assert metrics[name] and any("AP" in key for key in metrics[name][-1])
+
+    def numbers(rows):
+        return [{k: v for k, v in row.items() if "time" not in k and "speed" not in k and v} for row in rows]
+    assert numbers(metrics["cvat"]) == numbers(metrics["coco"])
