@@ -14,6 +14,7 @@ version = release = __version__
 
 extensions = ["hook_reference"]  # docs/_ext/hook_reference.py: the hooks page from the registry
 exclude_patterns = ["_build"]
+smartquotes = False  # "--work-dir" stays two hyphens, quotes stay as typed
 highlight_language = "none"  # literal blocks are shell lines and logs; YAML blocks say so
 html_theme = "furo"
 html_title = f"up-trainer {release}"

@@ -95,7 +95,9 @@ class ResolveHookGuides(SphinxPostTransform):
             if target not in labels:
                 node.parent.remove(node)
                 continue
-            ref = addnodes.pending_xref("", nodes.inline(text=labels[target][2]), refdomain="std",
+            docname = labels[target][0]
+            page = self.env.titles[docname].astext() if docname in self.env.titles else labels[target][2]
+            ref = addnodes.pending_xref("", nodes.inline(text=page), refdomain="std",
                                         reftype="ref", reftarget=target, refexplicit=True, refwarn=True,
                                         refdoc=self.env.docname)
             node.replace_self(nodes.paragraph("", "", nodes.Text("Described in: "), ref, nodes.Text(".")))
