@@ -19,7 +19,9 @@ import torch
 
 from ..errors import CheckpointError
 from ..integrity import verify_checksums
-from ..weights import load_weights  # noqa: F401  (importable from here before weights.py)
+from .checkpoint_signals import stop_signals_held
+from ..paths import open_input
+from ..weights import load_weights, torch_load  # noqa: F401  (load_weights: importable from here before)
 
 log = logging.getLogger("up")
 
@@ -153,18 +155,19 @@ def _zip_without_end(path):
 
 def load_checkpoint(path, map_location="cpu"):
     """Load and validate a checkpoint; any problem is one CheckpointError line naming the file."""
-    if not os.path.exists(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
-    if os.path.isdir(path):
-        raise CheckpointError(f"checkpoint path is a directory: {path}")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
-    bad = verify_checksums(path)
-    if bad:
-        raise CheckpointError(f"checkpoint {path} is corrupt ({size} bytes): {bad}")
+    with open_input(path, "checkpoint", CheckpointError) as f:  # a regular file, or one error line
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
+        bad = verify_checksums(f)
+        if bad:
+            raise CheckpointError(f"checkpoint {path} is corrupt ({size} bytes): {bad}")
+        return _validated(_load(f, path, size, map_location), path)
+
+
+def _load(f, path, size, map_location):
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        return torch_load(f, map_location=map_location)
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         damaged = "zip" in first.lower() or "eof" in first.lower() or _zip_without_end(path)
@@ -173,6 +176,9 @@ def load_checkpoint(path, map_location="cpu"):
     except Exception as exc:  # pickle.UnpicklingError from weights_only: foreign objects
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {path} holds objects a safe load refuses: {first}") from None
+
+
+def _validated(ckpt, path):
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path} is not an up-trainer checkpoint (a {type(ckpt).__name__}, not a dict)")
     missing = [k for k in REQUIRED_KEYS if k not in ckpt]
@@ -268,7 +274,8 @@ class CheckpointStore:
     With ``async_write`` the training loop is blocked only while the state is copied to CPU
     memory; serialization, fsync and renames run on a background thread. At most one write is
     in flight: the next save, :meth:`flush` and the end of training wait for it, and a failed
-    background write is raised there.
+    background write is raised there. While the main thread writes or waits for a write,
+    SIGINT/SIGTERM are held until the write has completed (:mod:`.checkpoint_signals`).
     """
 
     def __init__(self, save_dir, async_write=False):
@@ -291,7 +298,8 @@ class CheckpointStore:
         ckpt = dict(ckpt, format=FORMAT)
         self.flush()
         if not self.async_write:
-            self._write(ckpt, names)
+            with stop_signals_held():  # a stop signal waits for the write (engine/checkpoint_signals.py)
+                self._write(ckpt, names)
         else:
             self._in_flight = self._writer.submit(self._write, snapshot(ckpt, self._staging), names)
         return [self.path(n) for n in names]
@@ -313,11 +321,12 @@ class CheckpointStore:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        error = in_flight.exception()
-        if isinstance(error, CheckpointError):
-            raise CheckpointError(str(error)) from None
-        if error is not None:
-            raise error
+        with stop_signals_held():  # a stop signal waits for the write (engine/checkpoint_signals.py)
+            error = in_flight.exception()
+            if isinstance(error, CheckpointError):
+                raise CheckpointError(str(error)) from None
+            if error is not None:
+                raise error
 
     def remove_stale_temp_files(self):
         """Delete temp files left by writers that were killed (their pid no longer runs)."""

@@ -134,6 +134,35 @@ def check_resumable(trainer, ckpt, path):
                               "from scratch; to start a new run from its weights, give it as "
                               "saver.pretrain_model instead")
     check_optimizer(trainer.optim.optimizer, ckpt["optimizer"], ckpt.get("optimizer_type"), path)
+    check_within_run(trainer, ckpt, path)
     ema = ckpt.get("ema")
     if ema is not None and "model" in ema:  # loaded by the ema hook when it is enabled
         check_weights(trainer.module, ema["model"], path, what="EMA weights")
+
+
+def saved_position(ckpt):
+    """The training position a checkpoint holds (TrainState's dict; older files: epoch, iter)."""
+    return ckpt.get("state") or {"epoch": ckpt["epoch"], "iter": ckpt["iter"]}
+
+
+def describe_position(position):
+    if position.get("epoch_done", True):
+        return f"the end of epoch {position['epoch']} (iteration {position['iter']})"
+    return f"epoch {position['epoch']} batch {position.get('epoch_iter', 0)} (iteration {position['iter']})"
+
+
+def check_within_run(trainer, ckpt, path):
+    """A checkpoint that trained further than the configured run would end (max_epoch lowered
+    since, or another run's file) is refused: resuming it would train nothing and say nothing,
+    or train an epoch the schedule does not have."""
+    position = saved_position(ckpt)
+    if trainer.length.resume_point(position) != "past":
+        return
+    key = trainer.length.length_key(trainer.trainer_cfg)
+    if key == "trainer.max_iter":
+        configured, needed = trainer.trainer_cfg["max_iter"], position["iter"] + 1
+    else:
+        configured = trainer.trainer_cfg["max_epoch"]
+        needed = position["epoch"] + 1 if position.get("epoch_done", True) else position["epoch"]
+    raise CheckpointError(f"{path} was saved at {describe_position(position)}, past the end of this run: {key} "
+                          f"is {configured} (to continue that run, raise {key} to {needed} or more)")

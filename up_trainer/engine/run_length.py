@@ -17,6 +17,29 @@ Iteration counts are fixed when the run is built, from the epoch length at that 
 """
 import math
 
+from ..errors import ConfigError
+
+
+def check_epoch_len(loaders, ds_cfg, world_size=1):
+    """Refuse, before anything trains, a training set that gives no batch at all: empty, or
+    smaller than one batch with ``drop_last`` (per process: under DDP each process gets
+    1/world_size of the samples). Training 0 iterations would save an untrained checkpoint and
+    exit 0 as if all went well."""
+    if loaders.epoch_len() > 0:
+        return
+    total = len(loaders.train_set)
+    if total == 0:
+        raise ConfigError("dataset.train", "the training set is empty (0 samples)",
+                          "check its path, list file or subset")
+    shard = math.ceil(total / world_size)
+    bs = ds_cfg["batch_size"]
+    if not ds_cfg.get("drop_last"):  # no sampler here yields nothing from samples, but say so if one does
+        raise ConfigError("dataset.train", f"{total} training samples give no batch of {bs} on this process")
+    per_process = f" ({shard} per process on {world_size} processes)" if world_size > 1 else ""
+    raise ConfigError("dataset.batch_size", f"{bs} is larger than the {total} training samples{per_process} and "
+                      "dataset.drop_last is true, so an epoch would have 0 iterations",
+                      f"set dataset.batch_size to at most {shard}, or dataset.drop_last: false")
+
 
 class RunLength:
     def __init__(self, trainer_cfg, epoch_len, iter_base=False):
@@ -55,6 +78,31 @@ class RunLength:
         position (the last epoch, or under iter_base the last iteration)."""
         last = self.iterations if self.iter_base else self.max_epoch
         return dict(trainer_cfg, max_epoch=last)
+
+    def resume_point(self, position):
+        """Where a saved training position (TrainState's dict) lies in this run: "past" its end,
+        at its "end" (nothing left to train), or None (inside: training continues).
+
+        A position is past the end when it has trained further than this run would: more epochs
+        than ``max_epoch`` (or more iterations than ``max_iter``). It is at the end when this
+        run's last epoch is complete, its end-of-epoch work (evaluation, saves) included; a
+        snapshot taken after the last iteration but before that work is inside, and the resume
+        does the work. The start of epoch max_epoch + 1 (a snapshot taken before its first
+        batch) is the end of epoch max_epoch."""
+        epoch, done = position["epoch"], position.get("epoch_done", True)
+        if self.total_iters is not None:
+            if position["iter"] > self.total_iters:
+                return "past"
+            return "end" if position["iter"] == self.total_iters and done else None
+        completed = epoch if done else epoch - 1
+        started = 0 if done else position.get("epoch_iter", 0)  # batches of the epoch in progress
+        if completed > self.max_epoch or (completed == self.max_epoch and started > 0):
+            return "past"
+        return "end" if completed == self.max_epoch else None
+
+    def length_key(self, trainer_cfg):
+        """The config key that sets this run's length, as the user wrote it."""
+        return "trainer.max_iter" if trainer_cfg.get("max_iter") is not None else "trainer.max_epoch"
 
     def describe(self):
         if self.total_iters is None:

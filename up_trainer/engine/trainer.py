@@ -16,10 +16,10 @@ from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
 from . import schedule
 from .checkpoint import epoch_name, interrupt_name
-from .checkpoint_fit import check_resumable
+from .checkpoint_fit import check_resumable, describe_position
 from .checkpoint_policy import CheckpointPolicy
 from .rng import rng_state, set_rng_state
-from .run_length import RunLength
+from .run_length import RunLength, check_epoch_len
 from .scalars import Scalars
 from .speed import batch_memory_format
 from .state import TrainState
@@ -53,6 +53,8 @@ class Trainer:
         self.results_dir = results_dir
         self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
         self.state = TrainState()
+        if optim is not None:  # training: a data set that fills no batch is refused here, at start-up
+            check_epoch_len(loaders, cfg["dataset"], dist.world_size)
         self.state.epoch_len = loaders.epoch_len() if loaders.train_set is not None else 0
         self.length = RunLength(self.trainer_cfg, self.state.epoch_len, cfg["runtime"].get("iter_base", False))
         self.schedule_cfg = self.length.schedule_cfg(self.trainer_cfg)  # max_epoch = the final position
@@ -65,6 +67,7 @@ class Trainer:
         self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
         self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it
         self.interrupted = None  # set by on_exception hooks: the TrainingInterrupted to end with instead
+        self.resumed_from = None  # the checkpoint path load_checkpoint last loaded
         self.memory_format = batch_memory_format(cfg["runtime"])  # runtime.channels_last
 
     @property
@@ -88,6 +91,8 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------
     def train(self):
         st = self.state
+        if self._already_complete():
+            return
         log.info(self.length.describe())
         log.info("hook order per event:\n%s", self.hooks.order_table())
         self.hooks.call("before_train", self)
@@ -101,24 +106,55 @@ class Trainer:
             self._rotate()
             self.hooks.call("after_train", self)
         except TrainingInterrupted:
-            self.store.flush()  # the interrupt snapshot is on disk before the process exits
+            self._flush_stopping()  # the interrupt snapshot is on disk before the process exits
             raise
         except BaseException as exc:
-            self.hooks.call("on_exception", self, exc)
+            self._call_on_exception(exc)
             self._flush_quietly()
             if self.interrupted is not None:  # a hook traced the failure to a stop request
                 raise self.interrupted from exc
             raise
         self.store.flush()
 
+    def _already_complete(self):
+        """A resumed checkpoint at the very end of this run (its last epoch and the work after
+        it done): nothing is trained, run or written, and one line says so. A checkpoint past
+        the end was refused when it was checked (checkpoint_fit.check_within_run)."""
+        if self.resumed_from is None or self.length.resume_point(self.state.state_dict()) != "end":
+            return False
+        key = self.length.length_key(self.trainer_cfg)
+        log.info("nothing to train: %s is at %s and %s is %s, so the run is already complete "
+                 "(raise %s to train further)", self.resumed_from, describe_position(self.state.state_dict()), key,
+                 self.trainer_cfg["max_iter" if key == "trainer.max_iter" else "max_epoch"], key)
+        return True
+
     def _rotate(self):
         if self.dist.is_main:
             self.checkpoints.rotate(self.store)
+
+    def _call_on_exception(self, exc):
+        """Every hook's on_exception runs, whatever an earlier one raised: a logger that cannot
+        close its files on a full disk must not keep auto_checkpoint from writing the snapshot."""
+        for handler in self.hooks.handlers("on_exception"):
+            try:
+                handler(self, exc)
+            except Exception as hook_exc:
+                log.error("on_exception of %s failed as well: %s", handler.__self__.name, hook_exc)
+
+    def _flush_stopping(self):
+        """Finish a write in flight while the run stops on a signal. A further stop signal
+        during the write (held until it completes) adds nothing: the run is stopping already."""
+        try:
+            self.store.flush()
+        except (TrainingInterrupted, KeyboardInterrupt):
+            pass
 
     def _flush_quietly(self):
         """Finish a write in flight while another error propagates; that error matters more."""
         try:
             self.store.flush()
+        except (TrainingInterrupted, KeyboardInterrupt):
+            log.warning("stop signal during the last checkpoint write: the write completed; the run ends with its error")
         except BaseException as exc:
             log.error("checkpoint write failed as well: %s", exc)
 
@@ -254,6 +290,7 @@ class Trainer:
         self.checkpoints.saved_iter = None  # e.g. a nan_guard rollback: latest no longer names "now"
         self.hooks.call("after_load_checkpoint", self, ckpt)
         self.rewound = True
+        self.resumed_from = path
         st = self.state
         where = "end of epoch" if st.epoch_done else f"epoch {st.epoch} batch {st.epoch_iter}/{st.epoch_len} of"
         log.info("resumed from %s at %s %d (iteration %d)", path, where, st.epoch, st.iter)

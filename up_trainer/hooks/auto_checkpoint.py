@@ -113,6 +113,18 @@ class AutoCheckpoint(Hook):
             signal.signal(sig, prev)
         self._previous = {}
 
+    def _restore_handlers_after_writes(self, trainer, quietly=False):
+        """Hand the signals back only once no checkpoint write is in flight: a signal landing
+        during that write then reaches this hook's queue instead of killing the process with the
+        file half written. ``quietly``: a failed write is left for the trainer to report."""
+        try:
+            trainer.store.flush()
+        except Exception:
+            if not quietly:
+                raise
+        finally:
+            self._restore_handlers()
+
     def _take(self):
         """The most severe queued request (0: none), emptying the queue."""
         level = 0
@@ -139,13 +151,18 @@ class AutoCheckpoint(Hook):
 
     def after_train(self, trainer):
         level = max_over_ranks(trainer, self._take(), self._group)
-        self._restore_handlers()
+        self._restore_handlers_after_writes(trainer)
         name = _BY_SEVERITY.get(level)
         if name in EXIT_CODES:  # a stop request after the last iteration: the final checkpoint exists
             raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; training had finished")
 
     def on_exception(self, trainer, exc):
-        self._restore_handlers()
+        try:
+            self._on_exception(trainer, exc)
+        finally:  # after the snapshot's write: a signal during it is queued here, not a kill
+            self._restore_handlers_after_writes(trainer, quietly=True)
+
+    def _on_exception(self, trainer, exc):
         # A stop request queued when training failed: most likely the failure came from the same
         # signal (a DataLoader worker that died of the process group's SIGTERM before it could
         # ignore it). The run ends the way the stop asks: snapshot, requeue, exit 143/130.
@@ -194,7 +211,7 @@ class AutoCheckpoint(Hook):
             trainer.store.flush()  # the snapshot is on disk before SLURM may kill the job
             requeue_slurm_job()
         if name in EXIT_CODES:
-            self._restore_handlers()
+            self._restore_handlers_after_writes(trainer)
             raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; snapshot written, exiting")
 
     def snapshot(self, trainer, why):
