@@ -183,6 +183,9 @@ def _dry_run(cfg, work_dir, device, evaluate_only, resume=None):
     if workers > 1:  # one worker still shows that samples and the collate cross process boundaries
         log.info("dry run: DataLoader workers %d -> 1 for 2 batches", workers)
         cfg = {**cfg, "dataset": {**cfg["dataset"], "num_workers": 1}}
+    if cfg["dataset"].get("cache") == "disk":  # the dry run writes nothing but its log
+        log.info("dry run: dataset.cache disk -> none (no cache files written)")
+        cfg = {**cfg, "dataset": {**cfg["dataset"], "cache": "none"}}
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
     if evaluate_only:
         require_evaluator(trainer)

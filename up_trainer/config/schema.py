@@ -3,6 +3,7 @@
 The README's config reference lists exactly these fields (``up config --reference`` prints it).
 """
 from ..errors import ConfigError, did_you_mean, join_path, short_repr
+from .cache_keys import check_cache_keys
 
 REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}
@@ -106,11 +107,21 @@ SCHEMAS = {
         "test_batch_size": Field((int, type(None)), None, "evaluation batch size (default: batch_size)", minimum=1),
         "num_workers": Field(int, 0, "DataLoader worker processes", minimum=0),
         "pin_memory": Field(bool, False, "DataLoader pin_memory (with CUDA, batches are copied with non_blocking)"),
-        "persistent_workers": Field(bool, False, "keep the DataLoader worker processes alive from one epoch to the "
-                                                 "next (needs num_workers > 0)"),
+        "persistent_workers": Field((bool, type(None)), None, "keep the DataLoader worker processes alive from one "
+                                    "epoch to the next (needs num_workers > 0); null: on when there are workers and "
+                                    "the run trains more than one epoch"),
         "prefetch_factor": Field((int, type(None)), None, "batches each worker loads ahead (DataLoader's default 2 "
                                                           "when null; needs num_workers > 0)", minimum=1),
         "drop_last": Field(bool, False, "drop the last incomplete training batch"),
+        "cache": Field((str, bool), "none", "decoded images kept for later epochs, once for all workers: none, ram "
+                                           "(shared memory) or disk (files in cache_dir); true means ram"),
+        "cache_bytes": Field((int, str, type(None)), None, "the cache's budget, bytes or a size like 8GB (default: "
+                             "60% of the available memory for ram, the free space for disk); a data set that does "
+                             "not fit is refused at start-up"),
+        "cache_dir": Field(OPT_STR, None, "cache: disk: directory of the cache files, reused by later runs (relative "
+                                          "to --work-dir; default <work dir>/image_cache)"),
+        "cache_hash": Field(bool, False, "cache: disk: key each image also by a hash of its file's content (read at "
+                                         "every start-up), not only by path, size and mtime"),
         "evaluator": Field((dict, type(None)), None, "{type, kwargs}; default from the task (imagenet / COCO)"),
         "fix_seed": Field(bool, False, "the same shuffled training order every epoch (UP's dist sampler fix_seed)"),
         "aspect_ratio_groups": Field((list, type(None)), None, "training batches hold images of one aspect-ratio "
@@ -225,6 +236,7 @@ def _normalize_dataset(ds):
         ds["repeat_factor"] = check_repeat_factor(ds["repeat_factor"])
     if ds["train"] is None and ds["test"] is None:
         raise ConfigError("dataset", "needs at least one of train / test")
+    check_cache_keys(ds)
     for key in ("persistent_workers", "prefetch_factor"):
         if ds[key] not in (None, False) and ds["num_workers"] == 0:
             raise ConfigError(f"dataset.{key}", "needs worker processes", "set dataset.num_workers > 0")

@@ -195,6 +195,7 @@ class LoaderFactory:
             self._repeats = repeat_factors(image_classes_of(train_set), **ds_cfg["repeat_factor"])
         self._train = None  # (loader, sampler, tagged), kept with persistent workers
         self._test = None
+        self.epochs = None  # the run's epoch count (set by the builder): persistent_workers null needs it
 
     def set_train_set(self, train_set, indices=None):
         """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples."""
@@ -209,19 +210,28 @@ class LoaderFactory:
             self._repeats = repeat_factors(classes, **self.cfg["repeat_factor"])
         self._train = None  # workers hold the old dataset
 
+    def persistent(self):
+        """``dataset.persistent_workers``; null: on when there are workers and the run has more
+        than one epoch. Starting an epoch's workers costs a fork each and the first batches'
+        latency; kept ones serve every epoch (the loader's seeding keeps every batch identical)."""
+        setting = self.cfg.get("persistent_workers")
+        if setting is None:
+            return self.cfg["num_workers"] > 0 and (self.epochs or 1) > 1
+        return setting
+
     def _common(self):
         nw = self.cfg["num_workers"]
         # Pinned memory needs an accelerator; without one torch warns on every loader (UP files
         # carry pin_memory: true, and run on CPU here too), and pinning would change nothing.
         kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"] and _accelerator_available(),
-                      persistent_workers=self.cfg.get("persistent_workers", False),
+                      persistent_workers=self.persistent(),
                       worker_init_fn=ignore_stop_signals if nw else None)
         if self.cfg.get("prefetch_factor") is not None:
             kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
         return kwargs
 
     def _keep(self, loader):
-        if self.cfg.get("persistent_workers"):
+        if self.persistent():
             _PERSISTENT.add(loader)
             return loader
         return None

@@ -104,6 +104,7 @@ def build_evaluator(cfg, test_set, up_form):
 
 def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     """Everything a run needs, constructed in an order that keeps RNG use deterministic."""
+    from ..data.image_cache import open_image_cache
     from ..data.loader import LoaderFactory
     from ..tasks.net import build_model
     from .optim import Optimization
@@ -135,6 +136,9 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     train_set = build_dataset(ds["train"], "dataset.train", up_eval)
     test_set = build_dataset(ds["test"], "dataset.test", up_eval)
     evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None
+    # before any loader: forked workers inherit the cache and share its one arena
+    open_image_cache(ds, [("dataset.train", train_set), ("dataset.test", test_set)],
+                     resolve_path(ds["cache_dir"] or "image_cache", work_dir), dist.rank, dist.world_size)
     loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size)
 
     seed_everything(rt["seed"])  # identical initial weights on every rank
@@ -156,6 +160,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, evaluator=evaluator, hooks=hooks,
                       store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
+    loaders.epochs = trainer.max_epoch if train_set is not None and with_optim else 1
     return trainer
 
 

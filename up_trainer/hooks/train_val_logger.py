@@ -78,6 +78,7 @@ class TrainValLogger(Hook):
         self._total = trainer.total_iters
         self._cuda = getattr(trainer.device, "type", "cpu") == "cuda"
         self._timer, self._seen = PhaseTimer(), 0
+        self._advised = False  # the worker-count advice: at most once per run
         self._losses = {}  # under DDP: the loss terms averaged over ranks at the last log line
         self._t_prev = self._t_data = self._t_fwd = self._t_fwd_end = self._t_bwd_end = None
         self._stream = sys.stdout
@@ -223,6 +224,7 @@ class TrainValLogger(Hook):
             line += f" | grad_norm {grad_norm:.4f}"
         self._clear_bar()
         log.info(line)
+        self._advise_workers(trainer, win)
         row = {"phase": "train", "epoch": st.epoch, "iter": iteration, "lr": lr, **losses, "grad_norm": grad_norm,
                "memory_mb": mem, "time": round(time.time(), 3)}
         row.update({f"{name}_time": w for name, w in zip(PHASES, win)})
@@ -236,6 +238,19 @@ class TrainValLogger(Hook):
                 self.writer.add_scalar("train/grad_norm", grad_norm, iteration)
         if self._tty:
             self._draw_bar(trainer, time.perf_counter())
+
+    def _advise_workers(self, trainer, win):
+        """Once per run: when a step waits longer for data than it computes, how many
+        DataLoader workers would hide the loading."""
+        if self._advised or win[0] is None:
+            return
+        from ..data.worker_advice import worker_advice
+
+        ds = trainer.cfg["dataset"]
+        advice = worker_advice(win[0], win[-1], ds["num_workers"], ds.get("cache", "none"))
+        if advice is not None:
+            self._advised = True
+            log.info(advice)
 
     def after_epoch(self, trainer, epoch):
         self._clear_bar()

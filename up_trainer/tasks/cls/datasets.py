@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, default_collate
 
-from ...data.readers import FileReader, build_reader, decode_image, read_image
+from ...data.readers import PIL_MODE, FileReader, build_reader, decode_image, read_image
 from ...errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger("up")
@@ -76,6 +76,14 @@ class ClsDatasetBase(Dataset):
 
     def _load(self, index):  # -> (image tensor, int label)
         raise NotImplementedError
+
+    def image_files(self):
+        """(path, Pillow mode, None) of every image file the samples decode, which the image cache
+        (dataset.cache) plans its slots from: file datasets keep ``records`` (or ``samples``) of
+        (path, label, ...) and a ``color_mode``; in-memory ones (digits) list none."""
+        rows = getattr(self, "records", None) or getattr(self, "samples", None) or []
+        mode = PIL_MODE[getattr(self, "color_mode", "RGB")]
+        return [(row[0], mode, None) for row in rows if isinstance(row[0], str)]
 
     def __getitem__(self, index):
         image, label = self._load(index)

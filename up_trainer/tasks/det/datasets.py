@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ...data.readers import FileReader, build_reader, read_image
+from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
 from ..transforms import build_transforms
@@ -69,6 +69,13 @@ class DetDataset(Dataset):
     def aspect_ratios(self):
         """height / width of every record (UP's aspect-ratio groups; no image is read)."""
         return [r["height"] / r["width"] for r in self.records]
+
+    def image_files(self):
+        """(path, Pillow mode, (height, width)) of every image file the records decode, which the
+        image cache (dataset.cache) sizes its slots from; generated or embedded images are not listed."""
+        mode = PIL_MODE[getattr(getattr(self, "reader", None), "color_mode", "RGB")]
+        return [(r["file"], mode, (r["height"], r["width"])) for r in self.records
+                if isinstance(r.get("file"), str) and not r.get("embedded")]
 
     def set_classes(self, classes, cat_ids=None):
         self.classes, self.num_classes = list(classes), len(classes)

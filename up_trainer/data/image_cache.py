@@ -1,0 +1,264 @@
+"""``dataset.cache``: decoded images kept once for every DataLoader worker (none | ram | disk).
+
+Decoding a JPEG costs more than most of a detection pipeline's transforms, and a plain dict
+filled inside DataLoader workers would hold one copy per worker and start empty again in every
+epoch's fresh workers. The cache is instead one arena planned in the main process before any
+worker starts:
+
+- **plan**: every image file the training and test sets decode (``dataset.image_files()``:
+  path, Pillow mode, and the size when the annotations give it, else read from the file's
+  header) gets a slot of exactly its decoded size, height x width x channels bytes. Their sum
+  is checked against the budget (``dataset.cache_bytes``) at start-up: a budget that cannot
+  hold the data set is one line saying how much it needs, never an out-of-memory kill later.
+- **arena**: ``ram`` is one anonymous shared mapping (MAP_SHARED: forked workers see the very
+  same pages, and /dev/shm's size limit does not apply); ``disk`` maps files in
+  ``dataset.cache_dir`` that later runs reuse (image_cache_disk.py).
+- **fill**: lazily. The first time an image is decoded, in whichever process, its bytes are
+  copied into its slot; from then on every process copies them out instead of decoding. The
+  first epoch costs what it costs uncached plus one copy per image; later epochs decode nothing.
+
+Slot states change under one lock that the forked workers share (microseconds per image), so
+no process sees a slot marked filled before its bytes are in place. Two workers filling the
+same slot at once write identical bytes. The cache sits under ``readers.decode_image``, so
+pixels are exactly the decoder's: a hit returns a copy of the array the decode returned.
+"""
+import logging
+import mmap
+import multiprocessing
+import os
+import time
+import zlib
+
+import numpy as np
+
+from ..config.cache_keys import format_size
+from ..errors import ConfigError
+
+log = logging.getLogger("up")
+
+# Slot states. UNVERIFIED: filled by an earlier run (disk); its CRC is checked at its first read.
+EMPTY, FILLED, UNVERIFIED, UNCACHEABLE = 0, 1, 2, 3
+SLOT = np.dtype([("offset", "<i8"), ("nbytes", "<i8"), ("shape", "<i4", (3,)), ("ndim", "i1"), ("state", "i1"),
+                 ("crc", "<u4")])
+RAM_SHARE = 0.6  # default ram budget: this share of the memory available at start-up
+
+
+# -- plan --------------------------------------------------------------------------------------
+def header_size(path):
+    """(height, width) from the image's header (no pixel decoded); None when unreadable (its
+    decode will report the problem in the dataset's own words)."""
+    from PIL import Image
+
+    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        with Image.open(path) as img:
+            return img.height, img.width
+    except Exception:
+        return None
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+
+
+def planned_images(datasets):
+    """([(path, Pillow mode, decoded bytes)] of every distinct image the datasets decode, names
+    of the datasets that list no image files). ``datasets``: (config path, dataset) pairs."""
+    from PIL import Image
+
+    seen, images, unlisted = set(), [], []
+    for name, dataset in datasets:
+        files = dataset.image_files() if hasattr(dataset, "image_files") else []
+        if not files:
+            unlisted.append(name)
+        for path, mode, size in files:
+            if (path, mode) in seen:
+                continue
+            seen.add((path, mode))
+            size = size or header_size(path)
+            if size is not None:
+                images.append((path, mode, int(size[0]) * int(size[1]) * Image.getmodebands(mode)))
+    return images, unlisted
+
+
+def available_memory():
+    """Bytes this process may still allocate: MemAvailable, lowered by a cgroup (container) limit."""
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if available is None:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read())
+        if limit != "max":
+            available = min(available, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def refuse(path, what, need, limit, hint):
+    """The one-line start-up refusal: what the data set needs against what the budget allows."""
+    raise ConfigError(path, f"{what} need {format_size(need)} decoded; {limit}", hint)
+
+
+# -- the cache -----------------------------------------------------------------------------------
+class ImageCache:
+    """Slots of decoded images in one shared arena; see the module docstring.
+
+    ``images``: the plan, one (path, mode, nbytes) per slot in table order; ``table``: a SLOT
+    array in shared memory; ``data``: the mapping holding the bytes; ``verify``: record a CRC
+    at each fill (a disk arena outlives the run, and a crash may leave a slot half written)."""
+
+    created = 0  # arenas created in this process (a test checks that workers create none)
+
+    def __init__(self, mode, images, table, data, verify=False, closer=None):
+        ImageCache.created += 1
+        self.mode = mode
+        self._slots = {(path, pil_mode): i for i, (path, pil_mode, _) in enumerate(images)}
+        self._table = table
+        self._data = data
+        self._bytes = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
+        self._lock = multiprocessing.Lock()  # forked workers inherit it with the arena
+        self._verify = verify
+        self._closer = closer
+        self.nbytes = int(table["nbytes"].sum()) if len(table) else 0
+
+    def __len__(self):
+        return len(self._slots)
+
+    def filled(self):
+        """Slots holding their image (filled in this run or, for disk, by an earlier one)."""
+        with self._lock:
+            return int(np.isin(self._table["state"], (FILLED, UNVERIFIED)).sum())
+
+    def decode(self, path, pil_mode, where, decode):
+        """The image at ``path`` as ``decode(path, pil_mode, where, None)`` returns it, from its
+        slot when filled; an image outside the plan is decoded every time."""
+        slot = self._slots.get((path, pil_mode))
+        if slot is None:
+            return decode(path, pil_mode, where, None)
+        array = self._read(slot)
+        if array is None:
+            array = decode(path, pil_mode, where, None)
+            self._write(slot, array)
+        return array
+
+    def _read(self, slot):
+        table = self._table
+        with self._lock:
+            state = table["state"][slot]
+            if state != FILLED and state != UNVERIFIED:
+                return None
+            offset, nbytes, ndim = int(table["offset"][slot]), int(table["nbytes"][slot]), int(table["ndim"][slot])
+            shape, crc = tuple(int(d) for d in table["shape"][slot][:ndim]), int(table["crc"][slot])
+        array = self._bytes[offset:offset + nbytes].copy()
+        if state == UNVERIFIED:
+            intact = zlib.crc32(array) == crc
+            with self._lock:
+                if table["state"][slot] == UNVERIFIED:
+                    table["state"][slot] = FILLED if intact else EMPTY
+            if not intact:
+                return None
+        return array.reshape(shape)
+
+    def _write(self, slot, array):
+        table = self._table
+        if not isinstance(array, np.ndarray) or array.dtype != np.uint8 or array.ndim not in (2, 3) \
+                or array.nbytes != table["nbytes"][slot]:
+            with self._lock:  # not what the plan sized (wrong size in the annotations): decoded each time
+                table["state"][slot] = UNCACHEABLE
+            return
+        array = np.ascontiguousarray(array)
+        offset = int(table["offset"][slot])
+        self._bytes[offset:offset + array.nbytes] = array.reshape(-1)
+        crc = zlib.crc32(array) if self._verify else 0
+        with self._lock:
+            table["shape"][slot, :array.ndim] = array.shape
+            table["ndim"][slot], table["crc"][slot] = array.ndim, crc
+            table["state"][slot] = FILLED
+
+    def close(self):
+        """Drop this process's references to the arena (its memory goes with the last one)."""
+        self._bytes = self._table = self._data = None
+        self._slots = {}
+        if self._closer is not None:
+            self._closer()
+            self._closer = None
+
+
+def ram_cache(images):
+    """An arena in anonymous shared memory: freed with the last process that maps it."""
+    table = np.frombuffer(mmap.mmap(-1, max(len(images), 1) * SLOT.itemsize), SLOT)[:len(images)]
+    offsets = np.cumsum([0] + [n for _, _, n in images])
+    table["offset"], table["nbytes"] = offsets[:-1], [n for _, _, n in images]
+    data = mmap.mmap(-1, int(offsets[-1])) if offsets[-1] else None
+    return ImageCache("ram", images, table, data)
+
+
+# -- the run's cache -------------------------------------------------------------------------------
+_installed = None
+
+
+def install(cache):
+    """Make ``cache`` the one :func:`readers.decode_image` goes through (None: no cache)."""
+    global _installed
+    from .readers import set_image_cache
+
+    if _installed is not None and _installed is not cache:
+        _installed.close()
+    _installed = cache
+    set_image_cache(cache)
+
+
+def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
+    """The run's cache from ``dataset.cache`` / ``cache_bytes`` / ``cache_hash``, installed
+    before any loader starts; None (and nothing installed) for ``cache: none``.
+
+    ``datasets``: (config path, dataset) pairs; ``cache_dir``: the resolved disk directory.
+    Each process of a distributed run keeps its own arena (a disk one under rank<N>/)."""
+    install(None)
+    mode = ds_cfg.get("cache", "none")
+    if mode == "none":
+        return None
+    started = time.perf_counter()
+    images, unlisted = planned_images([(n, d) for n, d in datasets if d is not None])
+    for name in unlisted:
+        log.info("dataset.cache: %s reads no image files (generated or in-memory data): nothing to cache", name)
+    if not images:
+        return None
+    need = sum(n for _, _, n in images)
+    what = f"the {len(images)} images of {' and '.join(n for n, d in datasets if d is not None and n not in unlisted)}"
+    budget = ds_cfg.get("cache_bytes")
+    if mode == "ram":
+        available = available_memory()
+        if budget is not None and need > budget:
+            refuse("dataset.cache_bytes", what, need, f"dataset.cache_bytes is {format_size(budget)}",
+                   f"set it to at least {format_size(need, True)}, or use dataset.cache: disk")
+        if need > available:
+            refuse("dataset.cache", what, need, f"only {format_size(available)} of memory is available",
+                   "use dataset.cache: disk, or none")
+        if budget is None and need > RAM_SHARE * available:
+            refuse("dataset.cache_bytes", what, need, f"the default budget is {RAM_SHARE:.0%} of the "
+                   f"{format_size(available)} of memory available", f"set dataset.cache_bytes: "
+                   f"{format_size(need, True)} to allow more, or use dataset.cache: disk")
+        cache = ram_cache(images)
+        budget_text = format_size(budget) if budget is not None else f"{RAM_SHARE:.0%} of available memory"
+    else:
+        from .image_cache_disk import open_disk_cache
+
+        if world_size > 1:
+            cache_dir = os.path.join(cache_dir, f"rank{rank}")
+        cache = open_disk_cache(cache_dir, images, need, budget, ds_cfg.get("cache_hash", False), what)
+        budget_text = format_size(budget) if budget is not None else "the free disk space"
+    log.info("dataset.cache %s: %d images, %s decoded (budget %s), planned in %.2f s%s; images are cached as they "
+             "are first decoded", mode, len(images), format_size(need), budget_text, time.perf_counter() - started,
+             f", {cache.filled()} already cached in {cache_dir}" if mode == "disk" else "")
+    install(cache)
+    return cache
