@@ -274,14 +274,13 @@ def test_our_own_names_pass_the_map_unchanged(backbone, in_plane):
     assert list(model.translate_up_weights(state)) == list(state)
 
 
-def test_readme_names_every_refused_up_type():
+def test_docs_name_every_refused_up_type():
     from up_trainer.tasks.up_nets.refused import REFUSED
 
-    with open(os.path.join(os.path.dirname(UP_CLS), "..", "..", "..", "README.rst"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme[readme.index("UP nets\n~~~~~~~"):]
-    missing = [t for t in REFUSED if not t.endswith("_") and not t.startswith("Big") and f"``{t}``" not in section]
-    assert missing == []
+    pages = glob.glob(os.path.join(os.path.dirname(UP_CLS), "..", "..", "..", "docs", "up", "*.rst"))
+    text = "".join(open(p, encoding="utf-8").read() for p in pages)
+    missing = [t for t in REFUSED if not t.endswith("_") and not t.startswith("Big") and f"``{t}``" not in text]
+    assert pages and missing == []
 
 
 @pytest.mark.parametrize("command", ["config", "train"])
