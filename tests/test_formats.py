@@ -160,7 +160,8 @@ def test_train_one_epoch_on_cvat_equals_coco_and_voc_trains(digits, tmp_path):
                      {"type": "coco", "kwargs": {"ann_file": vann, "img_dir": vimg}}),
             "cvat": ({"type": "cvat", "kwargs": {"ann_file": cvat_train, "img_dir": img_dir}},
                      {"type": "cvat", "kwargs": {"ann_file": cvat_val, "img_dir": vimg}}),
-            "voc": ({"type": "voc", "kwargs": {"root": voc_root, "split": "train", "classes": [str(i) for i in range(10)]}},
+            "voc": ({"type": "voc", "kwargs": {"root": voc_root, "split": "train",
+                                               "classes": [str(i) for i in range(10)]}},
                     {"type": "coco", "kwargs": {"ann_file": vann, "img_dir": vimg}})}
     metrics = {}
     for name, (train, test) in runs.items():
@@ -174,3 +175,68 @@ def test_train_one_epoch_on_cvat_equals_coco_and_voc_trains(digits, tmp_path):
     def numbers(rows):
         return [{k: v for k, v in row.items() if "time" not in k and "speed" not in k and v} for row in rows]
     assert numbers(metrics["cvat"]) == numbers(metrics["coco"])
+
+
+# -- up data convert ---------------------------------------------------------------------------------
+def convert(*args):
+    from conftest import invoke
+
+    return invoke(["data", "convert", *args])
+
+
+def test_convert_coco_to_yolo_to_coco_round_trip(digits, tmp_path):
+    import json
+
+    root, splits = digits
+    coco, img_dir, ann = splits["train"]
+    res = convert("--from", "coco", "--input", ann, "--images", img_dir, "--to", "yolo", "--out", tmp_path / "y")
+    assert res.exit_code == 0, res.stderr
+    assert "not carried: nothing" in res.stdout
+    assert os.path.islink(tmp_path / "y" / "images" / "train" / "000001.png")
+    res = convert("--from", "yolo", "--input", tmp_path / "y" / "data.yaml", "--to", "coco", "--out", tmp_path / "c",
+                  "--copy")
+    assert res.exit_code == 0, res.stderr
+    back = json.loads((tmp_path / "c" / "annotations" / "instances_train.json").read_text())
+    assert not os.path.islink(tmp_path / "c" / "images" / "train" / "000001.png")
+    assert back["categories"] == [{"id": c["id"], "name": c["name"]} for c in coco["categories"]]
+    a, b = by_image(coco), by_image(back)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name][0]["width"] == b[name][0]["width"] and [n for _, n in a[name][1]] == [n for _, n in b[name][1]]
+        np.testing.assert_allclose([box for box, _ in b[name][1]], [box for box, _ in a[name][1]], atol=1e-6)
+
+
+def test_convert_voc_to_coco_keeps_flags_and_difficult_as_crowd(digits, tmp_path):
+    import json
+
+    root, splits = digits
+    coco, img_dir, _ = splits["val"]
+    first = sorted(by_image(coco))[0]
+    voc_root = write_voc(coco, img_dir, str(tmp_path / "voc"), "val", difficult={(first, 0)})
+    res = convert("--from", "voc", "--input", voc_root, "--to", "coco", "--out", tmp_path / "out")
+    assert res.exit_code == 0, res.stderr
+    out = json.loads((tmp_path / "out" / "annotations" / "instances_val.json").read_text())
+    crowd = [a for a in out["annotations"] if a["iscrowd"]]
+    assert len(crowd) == 1 and crowd[0]["attributes"] == {"truncated": 0, "difficult": 1, "pose": "Unspecified"}
+    box = by_image(coco)[first][1][0][0]
+    np.testing.assert_allclose(crowd[0]["bbox"][:2], voc_rounded(box)[:2])
+    # to YOLO the ignore region and the flags cannot go: the summary says so
+    res = convert("--from", "voc", "--input", voc_root, "--to", "yolo", "--out", tmp_path / "y")
+    assert res.exit_code == 0, res.stderr
+    assert "not carried: 1 ignore regions (YOLO has none)" in res.stdout
+    assert "'truncated' flags (YOLO has no per-object flags)" in res.stdout
+
+
+def test_convert_labelme_polygons_note_and_embedded_images_copied(digits, tmp_path):
+    root, splits = digits
+    coco, img_dir, _ = splits["train"]
+    names = sorted(by_image(coco))
+    folder = write_labelme(coco, img_dir, str(tmp_path / "lm"), polygon={(names[0], 0)}, embed={names[1]})
+    res = convert("--from", "labelme", "--input", folder, "--to", "yolo", "--out", tmp_path / "y")
+    assert res.exit_code == 0, res.stderr
+    assert "source note: 1 polygon shape(s) became their bounding box" in res.stdout
+    embedded = tmp_path / "y" / "images" / "train" / names[1]
+    assert embedded.is_file() and not embedded.is_symlink()
+    present = sorted({n for _, objs in by_image(coco).values() for _, n in objs})  # LabelMe declares no list
+    assert DATASETS.build({"type": "yolo", "kwargs": {"data": str(tmp_path / "y" / "data.yaml")}}).classes == present
+

@@ -136,7 +136,7 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, out, input_size, toleran
 
 @main.group("data")
 def data_group():
-    """Write built-in data sets to disk."""
+    """Write built-in data sets to disk, convert a detection set between formats."""
 
 
 @data_group.command("digits-det")
@@ -153,6 +153,28 @@ def data_digits_det(out_dir, num_images, num_val_images, seed, canvas_size):
     for split, (ann, img_dir) in export_digits_coco(out_dir, num_images, num_val_images, seed,
                                                     canvas_size=canvas_size).items():
         click.echo(f"{split}: {ann} (images in {img_dir})")
+
+
+@data_group.command("convert")
+@click.option("--from", "src_fmt", type=click.Choice(["voc", "yolo", "labelme", "cvat", "coco"]), required=True,
+              help="the input's format")
+@click.option("--to", "dst_fmt", type=click.Choice(["coco", "yolo"]), required=True, help="the output's format")
+@click.option("--input", "input_path", required=True, metavar="PATH",
+              help="voc: root or annotation folder; yolo: data.yaml; labelme: folder; cvat, coco: the file")
+@click.option("--images", default=None, metavar="DIR", help="image folder (cvat, coco; voc/labelme: to override)")
+@click.option("--split", "splits", multiple=True, help="split name(s) (default: every split the input holds, "
+                                                       "else train)")
+@click.option("--classes", default=None, metavar="A,B,..", help="class names in label order (default: the input's)")
+@click.option("--out", "out_dir", required=True, help="output directory: new or empty, outside the input")
+@click.option("--copy", is_flag=True, help="copy the images (default: symlink them)")
+@run_safely
+def data_convert(src_fmt, dst_fmt, input_path, images, splits, classes, out_dir, copy):
+    """Convert a detection set between formats; prints what could not be carried."""
+    from .tasks.det.convert import convert
+
+    names = [c.strip() for c in classes.split(",")] if classes else None
+    for line in convert(src_fmt, dst_fmt, input_path, out_dir, images, splits, names, copy):
+        click.echo(line)
 
 
 @main.command("config", context_settings=_ARGS)

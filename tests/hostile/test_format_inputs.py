@@ -71,7 +71,8 @@ def test_voc_box_with_x2_before_x1(sets, tmp_path):
     text = path.read_text()
     xmin = text.split("<xmin>")[1].split("<")[0]
     edit(path, f"<xmax>{text.split('<xmax>')[1].split('<')[0]}</xmax>", f"<xmax>{int(xmin) - 3}</xmax>")
-    assert_one_line(train_on(tmp_path, voc_entry(root)), "000003.xml:6 <object #1>: box [14.0, 16.0, 12.0", "non-positive size")
+    assert_one_line(train_on(tmp_path, voc_entry(root)), f"000003.xml:6 <object #1>: box [{int(xmin) - 1}.0, ",
+                    f", {int(xmin) - 3}.0, ", "non-positive size")
 
 
 def test_yolo_class_id_out_of_range_and_bad_line(sets, tmp_path):
@@ -135,3 +136,17 @@ def test_csv_label_out_of_range_and_missing_image(tmp_path):
     (tmp_path / "list.csv").write_text("path,label\na.png,y\nb.png,x\n")
     result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run"])
     assert_one_line(result, "list.csv:3: image not found")
+
+
+def test_convert_refuses_its_input_and_existing_files(tmp_path):
+    root = str(tmp_path / "digits")
+    coco, img_dir, ann = digits_coco(root, num_images=2, num_val_images=1)["train"]
+    args = ["--from", "coco", "--input", ann, "--images", img_dir, "--to", "coco"]
+    inside = invoke(["data", "convert", *args, "--out", os.path.join(img_dir, "conv")])
+    assert_one_line(inside, "--out:", "lies in or around the input")
+    assert invoke(["data", "convert", *args, "--out", tmp_path / "c"]).exit_code == 0
+    before = (tmp_path / "c" / "annotations" / "instances_train.json").read_text()
+    assert_one_line(invoke(["data", "convert", *args, "--out", tmp_path / "c"]), "000001.png exists already; convert never overwrites")
+    assert (tmp_path / "c" / "annotations" / "instances_train.json").read_text() == before
+    no_images = invoke(["data", "convert", "--from", "cvat", "--input", ann, "--to", "coco", "--out", tmp_path / "x"])
+    assert_one_line(no_images, "--images: required with --from cvat")

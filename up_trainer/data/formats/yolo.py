@@ -87,10 +87,12 @@ def parse_label_file(path, width, height, names):
                 continue
             where = f"{path}:{lineno}"
             if len(fields) < 5 or (len(fields) > 5 and len(fields) % 2 == 0):
-                raise DataError(f"{where}: expected 'class cx cy w h' (or 'class x1 y1 x2 y2 ...'), got {line.strip()!r}")
+                raise DataError(f"{where}: expected 'class cx cy w h' (or 'class x1 y1 x2 y2 ...'), "
+                                f"got {line.strip()!r}")
             cls = to_int(fields[0], where, "class id")
             if not 0 <= cls < len(names):
-                raise DataError(f"{where}: class id {cls} is out of range (names has {len(names)}: 0..{len(names) - 1})")
+                raise DataError(f"{where}: class id {cls} is out of range "
+                                f"(names has {len(names)}: 0..{len(names) - 1})")
             values = [to_float(v, where) for v in fields[1:]]
             extra = {}
             if len(values) == 4:
@@ -119,14 +121,17 @@ def parse_yolo(images, names, image_root):
 
 
 def yolo_split(data=None, split="train", root=None, names=None):
-    """(images, names, image root) from a data.yaml, or from a root with images/<split>."""
+    """(images, names, the folder image names are relative to) from a data.yaml, or from a
+    root with images/<split>."""
     if data is not None:
         yroot, splits, ynames = read_data_yaml(data)
         if split not in splits:
             raise DataError(f"{data}: no {split!r} split (has: {', '.join(splits) or 'none'})")
         names = names_list(names, "names") if names is not None else ynames
-        return split_images(yroot, splits[split], f"{data}: {split}"), names, yroot
+        images = split_images(yroot, splits[split], f"{data}: {split}")
+        return images, names, os.path.commonpath([os.path.dirname(i) for i in images])
     if root is None or names is None:
         raise DataError("yolo: give data (a data.yaml) or root and classes")
     folder = require_dir(os.path.join(root, "images", split), f"yolo split {split!r}")
-    return split_images(root, os.path.relpath(folder, root), f"yolo {root}: {split}"), names_list(names, "classes"), root
+    images = split_images(root, os.path.relpath(folder, root), f"yolo {root}: {split}")
+    return images, names_list(names, "classes"), folder
