@@ -130,11 +130,13 @@ def test_image_folder_classes_and_samples(folder):
     labels = [ds[i]["label"].item() for i in range(3)]
     assert labels == [0, 0, 1]
     img = ds[0]["image"]
-    assert img.shape == (3, 5, 6) and img.dtype == torch.float32
-    assert torch.allclose(img[:, 0, 0], torch.tensor([10, 245, 7]) / 255.0)
+    assert img.shape == (3, 5, 6) and img.dtype == torch.uint8  # decoded pixels, converted at the model input
+    assert img[:, 0, 0].tolist() == [10, 245, 7]
+    assert torch.allclose(ds.model_input(img)[:, 0, 0], torch.tensor([10, 245, 7]) / 255.0)
     gray = ImageFolderDataset(root=str(folder), color_mode="L")
     assert gray[2]["image"].shape == (1, 5, 6)
-    assert gray[2]["image"][0, 0, 0].item() == pytest.approx(200 / 255)
+    assert gray[2]["image"][0, 0, 0].item() == 200
+    assert gray.model_input(gray[2]["image"])[0, 0, 0].item() == pytest.approx(200 / 255)
 
 
 def test_image_folder_errors(folder, tmp_path):

@@ -7,7 +7,9 @@ framed and captioned with the predicted class and score. Small images are drawn 
 (integer factor up to a 256-pixel short side) so the labels stay readable.
 
 Preprocessing follows the config's test dataset: its transform pipeline (e.g. the detector's
-keep_ar_resize_max) and, for classification, its color mode / channel count and size.
+keep_ar_resize_max) on the decoded uint8 image, then its model-input conversion (the pipeline's
+to_tensor / normalize, data/model_input.py) on the device; its EXIF setting; for
+classification, its color mode / channel count and size.
 """
 import json
 import logging
@@ -74,14 +76,24 @@ def _class_names(ds, model):
     return [str(i) for i in range(1, n + 1)]
 
 
-def _load_for_cls(path, size, in_channels):
+def _load_for_cls(path, size, in_channels, exif_transpose=True):
+    """The image as uint8 CxHxW, as the dataset would hand it to its pipeline."""
     from .data.readers import decode_image
 
     # a dataset that resized at load time (digits' ``size``) gets the same size here
-    array = torch.from_numpy(decode_image(path, "L" if in_channels == 1 else "RGB",
-                                          resize=(size, size) if isinstance(size, int) else None))
-    array = array[None] if array.dim() == 2 else array.permute(2, 0, 1)
-    return array.float().div(255.0)
+    array = torch.from_numpy(decode_image(path, "L" if in_channels == 1 else "RGB", resize=(size, size)
+                                          if isinstance(size, int) else None, exif_transpose=exif_transpose))
+    return array[None] if array.dim() == 2 else array.permute(2, 0, 1)
+
+
+def _preprocessing(ds):
+    """(the test dataset's pipeline before its conversion, the conversion, whether EXIF
+    orientation is applied)."""
+    from .data.model_input import ModelInput
+
+    reader = getattr(ds, "reader", None)
+    exif = getattr(reader, "exif_transpose", getattr(ds, "exif_transpose", True))
+    return getattr(ds, "transform", None), getattr(ds, "model_input", None) or ModelInput(), exif
 
 
 def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True):
@@ -99,7 +111,7 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     model = load_model(cfg, checkpoint, device, use_ema)
     ds = test_dataset(cfg)
     classes = _class_names(ds, model)
-    transform = getattr(ds, "transform", None)
+    preprocessing = _preprocessing(ds)
     # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
     is_det = hasattr(model, "detector") or getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos",
                                                                             "up_rcnn")
@@ -108,12 +120,12 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     with torch.no_grad(), open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
         for path in files:
             if is_det:
-                rec, drawn = _predict_det(model, path, transform, classes, score_thr, device, load_rgb,
+                rec, drawn = _predict_det(model, path, preprocessing, classes, score_thr, device, load_rgb,
                                           apply_transform)
             else:
                 entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
                 size = (entry.get("kwargs") or {}).get("size")
-                rec, drawn = _predict_cls(model, path, size, transform, classes, device)
+                rec, drawn = _predict_cls(model, path, size, preprocessing, classes, device)
             png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
             save_png(drawn, png)
             rec["png"] = png
@@ -123,8 +135,9 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     return records
 
 
-def _predict_det(model, path, transform, classes, score_thr, device, load_rgb, apply_transform):
-    image = load_rgb(path, path)
+def _predict_det(model, path, preprocessing, classes, score_thr, device, load_rgb, apply_transform):
+    transform, model_input, exif = preprocessing
+    image = load_rgb(path, path, exif)
     h, w = image.shape[-2:]
     size = torch.tensor([h, w])
     target = {"boxes": torch.zeros(0, 4), "ignore_boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
@@ -132,7 +145,7 @@ def _predict_det(model, path, transform, classes, score_thr, device, load_rgb, a
     inp = image
     if transform is not None:
         inp, target = apply_transform(transform, image, target)
-    det = model({"image": [inp.to(device)]})["detections"][0]
+    det = model({"image": [model_input(inp.to(device))]})["detections"][0]
     ih, iw = (int(v) for v in target["img_size"])
     keep = det["scores"] >= score_thr
     boxes = det["boxes"][keep].cpu().clone()
@@ -146,11 +159,12 @@ def _predict_det(model, path, transform, classes, score_thr, device, load_rgb, a
     return rec, draw_boxes(canvas, boxes * factor, labels, classes, scores)
 
 
-def _predict_cls(model, path, size, transform, classes, device):
+def _predict_cls(model, path, size, preprocessing, classes, device):
+    transform, model_input, exif = preprocessing
     in_channels = getattr(model, "in_channels", 3)
-    image = _load_for_cls(path, size, in_channels)
+    image = _load_for_cls(path, size, in_channels, exif)
     inp = transform(image) if transform is not None else image
-    out = model({"image": inp[None].to(device)})
+    out = model({"image": model_input(inp[None].to(device))})
     scores = out["scores"][0].float().cpu() if "scores" in out else out["logits"][0].float().softmax(0).cpu()
     top = scores.topk(min(5, len(scores)))
     label = int(top.indices[0])

@@ -12,7 +12,10 @@ PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f
 
 
 def to_uint8(image):
-    """float CxHxW in [0, 1] (1 or 3 channels) -> uint8 3xHxW."""
+    """uint8 CxHxW, or float CxHxW in [0, 1] (1 or 3 channels) -> uint8 3xHxW."""
+    if image.dtype == torch.uint8:  # a decoded image before its conversion: its own pixels
+        image = image.detach().cpu()
+        return image[:3].clone() if image.shape[0] >= 3 else image[:1].repeat(3, 1, 1)
     image = image.detach().float().cpu()
     if image.min() < -0.01 or image.max() > 1.01:  # normalized: stretch back into view
         image = (image - image.min()) / (image.max() - image.min() + 1e-6)

@@ -14,6 +14,7 @@ from torchvision.transforms import v2
 
 from ..errors import ConfigError
 from ..registry import BATCH_FNS
+from .model_input import convert_batch
 from .sampler import ResumableSampler
 
 MIX_SALT = 7_919  # keeps the mixing stream apart from the batch's augmentation stream
@@ -39,8 +40,17 @@ class PadCollate:
         self.collate, self.alignment, self.pad_value = collate, alignment, pad_value
 
     def __call__(self, samples):
-        padded = pad_images([s["image"] for s in samples], self.alignment, self.pad_value)
-        return self.collate([dict(s, image=img) for s, img in zip(samples, padded)])
+        images = [s["image"] for s in samples]
+        if images[0].dtype != torch.uint8:
+            padded = pad_images(images, self.alignment, self.pad_value)
+            return self.collate([dict(s, image=img) for s, img in zip(samples, padded)])
+        # uint8 images converted on the device (dataset.normalize_on): pad_value is a value of the
+        # converted images, so pad with 0 here and let the conversion write pad_value in its space
+        padded = pad_images(images, self.alignment, 0)
+        batch = self.collate([dict(s, image=img) for s, img in zip(samples, padded)])
+        if batch.get("model_input") is not None:
+            batch["model_input"] = batch["model_input"].padded([img.shape[-2:] for img in images], self.pad_value)
+        return batch
 
 
 # -- mixing ---------------------------------------------------------------------------------------
@@ -57,6 +67,7 @@ class _Mixing:
         raise NotImplementedError
 
     def __call__(self, batch):
+        batch = convert_batch(batch)  # mixed in the model's input space, as before the device conversion
         label = batch["label"]
         if label.dim() != 1:
             raise ValueError("batch_fn needs integer class labels (one per image)")

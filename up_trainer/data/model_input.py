@@ -121,8 +121,14 @@ class ModelInput:
         m2, s2 = _broadcast(mean, n), _broadcast(std, n)
         return ModelInput(self.scale, [a + b * c for a, b, c in zip(m1, m2, s1)], [a * b for a, b in zip(s1, s2)])
 
+    def padded(self, sizes, value):
+        """This conversion for a batch padded (in uint8, before it) from images of ``sizes``
+        [(h, w)]: the padding is then set to ``value`` in the converted space, as it was when
+        images were padded after their conversion."""
+        return PaddedModelInput(self, sizes, value)
+
     def __eq__(self, other):
-        return isinstance(other, ModelInput) and (self.divisor, self.mean, self.std) == \
+        return type(other) is type(self) and (self.divisor, self.mean, self.std) == \
             (other.divisor, other.mean, other.std)
 
     def __hash__(self):
@@ -132,6 +138,31 @@ class ModelInput:
         scale = f"1/{self.divisor:g}" if self.divisor != 1.0 else "1"
         norm = f", mean={list(self.mean)}, std={list(self.std)}" if self.mean is not None else ""
         return f"ModelInput(scale={scale}{norm})"
+
+
+class PaddedModelInput(ModelInput):
+    """A ModelInput for one batch whose images were padded before their conversion: after it,
+    everything outside each image's own (h, w) becomes ``value`` (the padding's value in the
+    model's input space, as ``dataset.pad_value`` always meant)."""
+
+    def __init__(self, base, sizes, value):
+        super().__init__(base.scale, base.mean, base.std)
+        self.divisor = base.divisor
+        self.sizes, self.value = [tuple(int(v) for v in size) for size in sizes], float(value)
+
+    def __call__(self, images):
+        out = super().__call__(images)
+        for i, (h, w) in enumerate(self.sizes):
+            image = out[i]
+            image[..., h:, :] = self.value
+            image[..., :h, w:] = self.value
+        return out
+
+    def __eq__(self, other):
+        return super().__eq__(other) and (self.sizes, self.value) == (other.sizes, other.value)
+
+    def __hash__(self):
+        return hash((self.divisor, self.mean, self.std, tuple(self.sizes), self.value))
 
 
 def _broadcast(values, n):
@@ -231,11 +262,12 @@ def batch_to_model(batch, device, memory_format=None, non_blocking=True):
     image batches laid out in ``memory_format``: the one call between a loader and a model."""
     from .loader import to_device
 
-    model_input = batch.get("model_input") if isinstance(batch, dict) else None
-    if model_input is None:
+    if not isinstance(batch, dict) or batch.get("model_input") is None:
+        if isinstance(batch, dict) and "model_input" in batch:
+            batch = {k: v for k, v in batch.items() if k != "model_input"}
         return to_device(batch, device, non_blocking, memory_format)
-    batch = {k: v for k, v in batch.items() if k != "model_input"}
-    batch = to_device(batch, device, non_blocking)
+    model_input = batch["model_input"]
+    batch = to_device({k: v for k, v in batch.items() if k != "model_input"}, device, non_blocking)
     image = model_input(batch["image"])
     if memory_format is not None and isinstance(image, torch.Tensor) and image.dim() == 4:
         image = image.contiguous(memory_format=memory_format)
@@ -246,9 +278,10 @@ def batch_to_model(batch, device, memory_format=None, non_blocking=True):
 def convert_batch(batch):
     """A batch's images converted where it is (no device move): for code that reads batches
     itself rather than through :func:`batch_to_model`."""
-    model_input = batch.get("model_input") if isinstance(batch, dict) else None
-    if model_input is None:
+    if not isinstance(batch, dict) or "model_input" not in batch:
         return batch
+    model_input = batch["model_input"]
     batch = {k: v for k, v in batch.items() if k != "model_input"}
-    batch["image"] = model_input(batch["image"])
+    if model_input is not None:
+        batch["image"] = model_input(batch["image"])
     return batch

@@ -1,11 +1,24 @@
-"""UP's image readers: ``image_reader: {type: fs_pillow|fs_opencv, kwargs: {image_dir, color_mode}}``.
+"""Image decoding and UP's image readers (``image_reader: {type: fs_pillow|fs_opencv, kwargs:
+{image_dir, color_mode, exif_transpose}}``).
 
-Both read with Pillow (no OpenCV dependency) and return what every dataset here hands its
-transforms: a float32 CxHxW tensor in [0, 1]. ``color_mode`` keeps UP's meaning: RGB, BGR
-(channels in OpenCV's order, for models trained on it) or GRAY (one channel; Pillow's
-name L is accepted too). The name
-``fs_opencv`` stays because UP files use it; pixel values equal OpenCV's for PNG and for JPEG up
-to the decoder's rounding.
+Every reader returns what every dataset here hands its transforms: a **uint8 CxHxW tensor**.
+``color_mode`` keeps UP's meaning: RGB, BGR (channels in OpenCV's order, for models trained on
+it) or GRAY (one channel; Pillow's name L is accepted too). The name ``fs_opencv`` stays because
+UP files use it; pixel values equal OpenCV's for PNG and for JPEG up to the decoder's rounding.
+
+Decoding (:func:`decode_file`):
+
+- EXIF orientation is applied (as Pillow's ``ImageOps.exif_transpose``: a phone photo taken
+  upright comes out upright) unless ``exif_transpose: false``; boxes in annotation files refer
+  to the upright image, as COCO tools and labelling programs show it.
+- 16-bit images (PNG, TIFF) are scaled to 8 bits, ``round(v * 255 / 65535)``, never clipped.
+- JPEG and PNG whose stored colours are what the config asks for (RGB as RGB, gray as gray or
+  RGB) are decoded by ``torchvision.io`` (libjpeg-turbo / libpng, measured faster than Pillow
+  for JPEG and identical pixel for pixel); everything else by Pillow, and everything where a
+  torchvision without image decoding is installed (deprecated there since 0.29).
+- ``draft`` (JPEG only): let the decoder shrink the image by 1/2, 1/4 or 1/8 as long as it stays
+  at least that (w, h): a cheap decode for images a pipeline downsizes a lot. The pixels are
+  the decoder's DCT-domain reduction, not a full decode followed by a resize.
 """
 import os
 
@@ -39,16 +52,19 @@ def set_image_cache(cache):
     _image_cache = cache
 
 
-def decode_image(path, pil_mode, where=None, resize=None):
-    """The one decode entry point: :func:`decode_file`, through the image cache when one is set."""
-    if _image_cache is not None and resize is None:
+def decode_image(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None):
+    """The one decode entry point: :func:`decode_file`, through the image cache when one is set
+    (the cache holds images decoded the default way: upright, full size)."""
+    if _image_cache is not None and resize is None and exif_transpose and draft is None:
         return _image_cache.decode(path, pil_mode, where, decode_file)
-    return decode_file(path, pil_mode, where, resize)
+    return decode_file(path, pil_mode, where, resize, exif_transpose, draft)
 
 
-def decode_file(path, pil_mode, where=None, resize=None):
-    """A uint8 HxW or HxWxC array of the image at ``path`` in Pillow mode ``pil_mode``
-    (optionally resized to ``resize`` (w, h)); every failure is one DataError line.
+def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None):
+    """A uint8 HxW or HxWxC array of the image at ``path`` in Pillow mode ``pil_mode`` (RGB or
+    L), EXIF orientation applied unless ``exif_transpose`` is false, optionally resized to
+    ``resize`` (w, h) or decoded at a JPEG ``draft`` size (see the module docstring); every
+    failure is one DataError line.
 
     An image above ``runtime.max_image_pixels`` is refused from its header, before any pixel
     is decoded (a 20000 x 20000 PNG of a few KB would otherwise take 1.2 GB)."""
@@ -61,11 +77,10 @@ def decode_file(path, pil_mode, where=None, resize=None):
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # Pillow only warns below 2x the limit
             Image.MAX_IMAGE_PIXELS = _max_pixels
-            with Image.open(path) as img:
-                img = img.convert(pil_mode)
-                if resize is not None:
-                    img = img.resize(resize, Image.BILINEAR)
-                return np.asarray(img, dtype=np.uint8).copy()
+            with Image.open(path) as img:  # the header only: size guard, format, stored mode
+                if resize is None and draft is None and _torchvision_decodes(img, pil_mode):
+                    return _decode_torchvision(path, pil_mode, exif_transpose)
+                return _decode_pillow(img, pil_mode, resize, exif_transpose, draft)
     except FileNotFoundError:
         raise DataError(f"{where}: image not found: {path}") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -73,6 +88,71 @@ def decode_file(path, pil_mode, where=None, resize=None):
                         f"({_max_pixels}); raise that limit (or set it to null) if the file is trusted") from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{where}: cannot read image {path}: {exc}") from None
+    except RuntimeError as exc:  # torchvision.io: "<function>, <source>:<line>, <what went wrong>"
+        raise DataError(f"{where}: cannot read image {path}: {str(exc).split(', ')[-1]}") from None
+
+
+# Stored modes torchvision.io decodes to exactly Pillow's pixels, per (format, wanted mode):
+# colour to colour, gray to gray or to gray replicated in three channels (16-bit included).
+# Colour to gray differs (libpng / libjpeg weigh the channels unlike Pillow's ITU-R 601-2).
+_TORCHVISION_MODES = {
+    ("JPEG", "RGB"): ("RGB", "L"), ("JPEG", "L"): ("L",),
+    ("PNG", "RGB"): ("RGB", "L", "I;16", "I;16B"), ("PNG", "L"): ("L", "I;16", "I;16B"),
+}
+
+
+def _torchvision_decode():
+    """torchvision.io's decode_image and read_file, or None where torchvision has none (its
+    image decoding is deprecated since 0.29 in favour of TorchCodec; Pillow then decodes all)."""
+    try:
+        from torchvision.io import ImageReadMode, decode_image, read_file
+
+        return ImageReadMode, decode_image, read_file
+    except ImportError:
+        return None
+
+
+_TV = _torchvision_decode()
+
+
+def _torchvision_decodes(img, pil_mode):
+    return _TV is not None and img.mode in _TORCHVISION_MODES.get((img.format, pil_mode), ())
+
+
+def _decode_torchvision(path, pil_mode, exif_transpose):
+    import warnings
+
+    read_mode, tv_decode, read_file = _TV
+    mode = read_mode.RGB if pil_mode == "RGB" else read_mode.GRAY
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # see _torchvision_decode
+        image = tv_decode(read_file(path), mode=mode, apply_exif_orientation=exif_transpose)
+    if image.dtype == torch.uint16:
+        image = _to_8bit(image.to(torch.int32))
+    image = image.permute(1, 2, 0)  # HxWxC: a view; read_image's permute back is free
+    return (image[:, :, 0] if pil_mode == "L" else image).numpy()
+
+
+def _to_8bit(values):
+    """16-bit values (int32 tensor or array) -> uint8, round(v * 255 / 65535), no clipping."""
+    if isinstance(values, np.ndarray):
+        return ((values.astype(np.int64).clip(0, 65535) * 255 + 32767) // 65535).astype(np.uint8)
+    return ((values.clamp(0, 65535) * 255 + 32767) // 65535).to(torch.uint8)
+
+
+def _decode_pillow(img, pil_mode, resize, exif_transpose, draft):
+    from PIL import Image, ImageOps
+
+    if draft is not None and img.format == "JPEG":
+        img.draft(pil_mode, tuple(int(v) for v in draft))  # before any pixel is read
+    if exif_transpose:
+        img = ImageOps.exif_transpose(img)
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit gray (Pillow would clip it to 255)
+        img = Image.fromarray(_to_8bit(np.asarray(img)), "L")
+    img = img.convert(pil_mode)
+    if resize is not None:
+        img = img.resize(resize, Image.BILINEAR)
+    return np.asarray(img, dtype=np.uint8).copy()
 
 
 def _pixels_of(path):
@@ -89,23 +169,28 @@ def _pixels_of(path):
         Image.MAX_IMAGE_PIXELS = limit
 
 
-def read_image(path, color_mode="RGB", where=None):
-    """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
-    array = decode_image(path, PIL_MODE[color_mode], where)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    elif color_mode == "BGR":
-        array = array[:, :, ::-1]
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
+def read_image(path, color_mode="RGB", where=None, exif_transpose=True, draft=None):
+    """A uint8 CxHxW tensor; unreadable files become one DataError line."""
+    array = decode_image(path, PIL_MODE[color_mode], where, exif_transpose=exif_transpose, draft=draft)
+    image = torch.from_numpy(array)
+    if image.dim() == 2:
+        return image[None]
+    image = image.permute(2, 0, 1)
+    return image.flip(0) if color_mode == "BGR" else image
 
 
 class FileReader:
-    """``image_dir/filename`` -> tensor. ``memcached`` (a cluster cache in UP) changes where
-    bytes come from, never the pixels; files are read from disk here."""
+    """``image_dir/filename`` -> uint8 CxHxW tensor. ``memcached`` (a cluster cache in UP) changes
+    where bytes come from, never the pixels; files are read from disk here. ``exif_transpose``:
+    apply the EXIF orientation (default; false keeps the stored pixel layout)."""
 
     COLOR_MODES = ("RGB", "BGR", "GRAY", "L")
 
-    def __init__(self, image_dir: str = "", color_mode: str = "RGB", memcached: bool = False):
+    def __init__(self, image_dir: str = "", color_mode: str = "RGB", memcached: bool = False,
+                 exif_transpose: bool = True):
+        if not isinstance(exif_transpose, bool):
+            raise ConfigError("exif_transpose", f"expected true or false, got {exif_transpose!r}")
+        self.exif_transpose = exif_transpose
         if not isinstance(image_dir, str):
             raise ConfigError("image_dir", f"expected one directory, got {type(image_dir).__name__} {image_dir!r}")
         if color_mode not in self.COLOR_MODES:
@@ -121,7 +206,11 @@ class FileReader:
         return os.path.join(self.image_dir, filename)
 
     def __call__(self, filename, where=None):
-        return read_image(self.path_of(filename), self.color_mode, where)
+        return self.read(self.path_of(filename), where)
+
+    def read(self, path, where=None, draft=None):
+        """The image at ``path`` (already joined) as this reader decodes it."""
+        return read_image(path, self.color_mode, where, self.exif_transpose, draft)
 
 
 @IMAGE_READERS.register("fs_opencv")

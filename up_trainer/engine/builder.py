@@ -4,6 +4,7 @@ import os
 
 import torch
 
+from ..data.model_input import set_normalize_on
 from ..data.readers import set_max_image_pixels
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
@@ -133,6 +134,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
 
     ds = cfg["dataset"]
     up_eval = []
+    set_normalize_on(ds["normalize_on"])  # datasets built from here on (reload hooks' included) follow it
     train_set = build_dataset(ds["train"], "dataset.train", up_eval)
     test_set = build_dataset(ds["test"], "dataset.test", up_eval)
     evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from ..data.loader import to_device
+from ..data.model_input import batch_to_model
 from .hooks import HookList
 
 log = logging.getLogger("up")
@@ -94,7 +94,7 @@ def _evaluate(trainer, n_batches):
     for i, batch in enumerate(trainer.loaders.test_loader()):
         if i == n_batches:
             break
-        batch = to_device(batch, trainer.device)
+        batch = batch_to_model(batch, trainer.device, non_blocking=False)
         with trainer.optim.autocast() if trainer.optim else torch.autocast("cpu", enabled=False):
             outputs = trainer.module(batch)
         trainer.evaluator.process(batch, outputs)

@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-from ..data.loader import to_device
+from ..data.model_input import batch_to_model
 from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
 from . import schedule
@@ -182,7 +182,7 @@ class Trainer:
         st, optim, it = self.state, self.optim, self.state.iter + 1
         is_update = optim.is_update(st.epoch_iter, st.epoch_len)
         self.hooks.call("before_forward", self, it, batch)
-        batch = to_device(batch, self.device, non_blocking=True, memory_format=self.memory_format)
+        batch = batch_to_model(batch, self.device, self.memory_format)  # moved, converted (dataset.normalize_on)
         with optim.step_context(self.model, is_update):
             with optim.autocast():
                 outputs = self.model(batch)
@@ -225,7 +225,7 @@ class Trainer:
         self.model.eval()
         self.evaluator.reset()
         for batch in self.loaders.test_loader():
-            batch = to_device(batch, self.device, non_blocking=True, memory_format=self.memory_format)
+            batch = batch_to_model(batch, self.device, self.memory_format)
             with self.optim.autocast() if self.optim else torch.autocast("cpu", enabled=False):
                 outputs = self.module(batch)
             self.evaluator.process(batch, outputs)

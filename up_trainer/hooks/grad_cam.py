@@ -110,9 +110,10 @@ class GradCAM(Hook):
             return
         if not isinstance(batch, dict) or "image" not in batch or "label" not in batch:
             raise ConfigError(f"hooks.{self.name}", "grad_cam needs classification batches (image and label)")
-        from ..data.loader import to_device
+        from ..data.model_input import batch_to_model
 
-        data = to_device({"image": batch["image"]}, trainer.device)
+        data = batch_to_model({"image": batch["image"], "model_input": batch.get("model_input")}, trainer.device,
+                              non_blocking=False)
         labels = batch["label"].to(trainer.device)
         model = trainer.module
         was_training = model.training

@@ -76,9 +76,9 @@ class MemoryCheckpoint(Hook):
         from ..memckpt import profiler, wrap
 
         if self.excluded is None:
-            from ..data.loader import to_device
+            from ..data.model_input import batch_to_model
 
-            self.excluded = wrap.dry_run(self.ctrl, to_device(batch, trainer.device))
+            self.excluded = wrap.dry_run(self.ctrl, batch_to_model(batch, trainer.device, non_blocking=False))
             for name, why in self.excluded.items():
                 log.warning("memory_checkpoint: %s excluded: %s", name, why)
         if not self.dynamic:

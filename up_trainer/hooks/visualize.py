@@ -69,7 +69,8 @@ class Visualize(Hook):
     @torch.no_grad()
     def render(self, trainer):
         """uint8 3xHxW grid of the first N test images, or None for an empty test set."""
-        from ..data.loader import collate_fn_of, to_device
+        from ..data.loader import collate_fn_of
+        from ..data.model_input import batch_to_model
         from ..render import draw_boxes, draw_caption, enlarge, to_uint8
 
         ds = trainer.loaders.test_set
@@ -80,7 +81,7 @@ class Visualize(Hook):
         module, was = trainer.module, trainer.module.training
         module.eval()
         try:
-            outputs = module(to_device(batch, trainer.device))
+            outputs = module(batch_to_model(batch, trainer.device, non_blocking=False))
         finally:
             module.train(was)
         classes = list(getattr(ds, "classes", None) or [])

@@ -2,8 +2,16 @@
 
 A ``type`` is looked up first in the TRANSFORMS registry (UP's names and user plugins), then
 as a class name in ``torchvision.transforms.v2`` (``RandomAffine``, ``Normalize``, ...).
-Datasets hand transforms a float CxHxW tensor in [0, 1]; every random choice comes from
+Datasets hand transforms a uint8 CxHxW tensor (in-memory float data sets, e.g. digits, a float
+one in [0, 1]); every transform keeps the dtype it is given, and every random choice comes from
 torch's global RNG, which the data loader seeds per sample.
+
+A pipeline's trailing conversion steps (``to_tensor``, ``normalize``, ToDtype...) are taken off
+it by the dataset and run once, as the model-input step (data/model_input.py). Where one sits
+in the middle of a pipeline, it converts there: ``to_tensor`` and ToDtype(float) turn uint8 into
+float [0, 1] (what datasets used to hand out), and the v2 transforms defined on float images
+only (Normalize, GaussianNoise, RandomErasing, LinearTransformation) do the same with a uint8
+input before their own work, so every pipeline that ran on float [0, 1] images still runs.
 """
 import inspect
 from typing import Optional
@@ -15,17 +23,93 @@ from ..errors import ConfigError, did_you_mean, join_path
 from ..registry import TRANSFORMS, check_kwargs
 
 
+def _is_uint8_image(inpt):
+    from torchvision import tv_tensors
+
+    return isinstance(inpt, torch.Tensor) and inpt.dtype == torch.uint8 and \
+        not isinstance(inpt, (tv_tensors.BoundingBoxes, tv_tensors.Mask, tv_tensors.KeyPoints))
+
+
+def unit_float(image):
+    """A uint8 image as float32 in [0, 1] (x / 255, as the decoders used to divide), a tv_tensors
+    Image staying one; any other input unchanged."""
+    from torchvision import tv_tensors
+
+    if not _is_uint8_image(image):
+        return image
+    out = image.as_subclass(torch.Tensor).to(torch.float32).div_(255.0)
+    return tv_tensors.wrap(out, like=image) if isinstance(image, tv_tensors.TVTensor) else out
+
+
 class ToTensor:
-    """UP's ``to_tensor``. Our datasets already yield float tensors in [0, 1] (what UP's
-    to_tensor makes of a decoded image), so this passes its inputs through; it exists so UP
-    pipelines (``[..., to_tensor, normalize]``) load unchanged, for images or (image, target)."""
+    """UP's ``to_tensor``: a decoded image as float in [0, 1]. At the end of a pipeline it is
+    part of the model-input step (a no-op fold: the model gets [0, 1]); in the middle it converts
+    a uint8 image there. For images or (image, target)."""
 
     def __call__(self, *inputs):
-        return inputs[0] if len(inputs) == 1 else inputs
+        if len(inputs) == 1:
+            return unit_float(inputs[0])
+        return (unit_float(inputs[0]),) + tuple(inputs[1:])
+
+    @staticmethod
+    def fold_model_input(model_input):
+        return model_input
 
     def __repr__(self):
         return "ToTensor()"
 
+
+class FloatPixels:
+    """Mixin for torchvision v2 transforms defined on float images only: a uint8 image is turned
+    into float [0, 1] first (what datasets used to hand them), so the rest of the pipeline runs
+    on float as it did."""
+
+    def transform(self, inpt, params):
+        return super().transform(unit_float(inpt), params)
+
+
+class Normalize(FloatPixels, v2.Normalize):
+    """torchvision's Normalize, also for a uint8 image (converted to [0, 1] first)."""
+
+
+class GaussianNoise(FloatPixels, v2.GaussianNoise):
+    """torchvision's GaussianNoise, also for a uint8 image (converted to [0, 1] first)."""
+
+
+class RandomErasing(FloatPixels, v2.RandomErasing):
+    """torchvision's RandomErasing, also for a uint8 image (converted to [0, 1] first: the
+    random fill is noise on the float scale)."""
+
+
+class LinearTransformation(FloatPixels, v2.LinearTransformation):
+    """torchvision's LinearTransformation, also for a uint8 image (converted to [0, 1] first)."""
+
+
+class ToDtype(v2.ToDtype):
+    """torchvision's ToDtype; a uint8 image converted to a float dtype comes out in [0, 1]
+    whatever ``scale`` says: float pixels mean [0, 1] here, as they did when datasets handed out
+    float images (on which ToDtype(float32) changed nothing)."""
+
+    def transform(self, inpt, params):
+        dtype = self._dtype_for(inpt)
+        if _is_uint8_image(inpt) and dtype is not None and dtype.is_floating_point:
+            return unit_float(inpt).to(dtype)
+        return super().transform(inpt, params)
+
+    def _dtype_for(self, inpt):
+        from torchvision import tv_tensors
+
+        if not isinstance(self.dtype, dict):
+            return self.dtype
+        for key in (type(inpt), tv_tensors.Image if isinstance(inpt, tv_tensors.Image) else torch.Tensor, "others"):
+            if key in self.dtype:
+                return self.dtype[key]
+        return None
+
+
+# v2 class names a config may write that are replaced by the versions above
+FLOAT_INPUT_VERSIONS = {cls.__name__: cls for cls in (Normalize, GaussianNoise, RandomErasing,
+                                                       LinearTransformation, ToDtype)}
 
 TRANSFORMS.register("to_tensor")(ToTensor)
 # UP's classification names for the torchvision transforms they wrap.
@@ -35,7 +119,7 @@ for _name, _cls in {
     "torch_color_jitter": v2.ColorJitter,
     "torch_resize": v2.Resize,
     "torch_center_crop": v2.CenterCrop,
-    "normalize": v2.Normalize,
+    "normalize": Normalize,
 }.items():
     TRANSFORMS.register(_name)(_cls)
 
@@ -85,7 +169,7 @@ class RandAugmentUP:
 
 
 @TRANSFORMS.register("torch_randerase")
-class RandomErasingUP(v2.RandomErasing):
+class RandomErasingUP(RandomErasing):
     """UP's ``torch_randerase`` {probability, min_area, max_area, min_aspect, max_aspect, mode}:
     erase one rectangle with per-pixel normal noise (mode pixel, UP's default) or zeros (const),
     as torchvision v2.RandomErasing. Placed after normalize, as UP places it."""
@@ -131,7 +215,7 @@ def _lookup(name, path):
         raise ConfigError(path, f"{name} is {what}, which up-trainer does not map", f"instead: {instead}")
     tv_names = torchvision_names()
     if name in tv_names:
-        return getattr(v2, name)
+        return FLOAT_INPUT_VERSIONS.get(name) or getattr(v2, name)
     choices = sorted(set(TRANSFORMS.names()) | set(tv_names))
     hint = did_you_mean(name, choices) or "any torchvision.transforms.v2 class name, e.g. RandomAffine, Normalize"
     raise ConfigError(path, f"unknown transform {name!r}", hint)

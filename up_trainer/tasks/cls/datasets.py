@@ -1,6 +1,9 @@
 """Classification datasets: ``digits`` (bundled with scikit-learn), ``image_folder``, ``cls`` (UP).
 
-Every sample is ``{"image": float32 CxHxW in [0, 1], "label": int64 scalar, "index": int}``.
+Every sample is ``{"image": uint8 CxHxW (float in [0, 1] for digits, which is held as floats),
+"label": int64 scalar, "index": int}``; the conversion to the model's float input (the
+pipeline's trailing to_tensor / normalize, data/model_input.py) runs at the end of the sample
+(``dataset.normalize_on: workers``) or on the batch after its move to the device (``device``).
 Every dataset has ``num_classes`` and ``classes``. Bad data raises one DataError line naming
 the file (and the line of a meta file). Transforms draw from torch's global RNG, which the
 loader seeds per sample, so augmentation is reproducible across workers and resumes.
@@ -16,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, default_collate
 
-from ...data.readers import PIL_MODE, FileReader, build_reader, decode_image, read_image
+from ...data.model_input import FinalConversion
+from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger("up")
@@ -42,12 +46,15 @@ def _check_color_mode(color_mode):
                           did_you_mean(str(color_mode).upper(), COLOR_MODES))
 
 
-def load_image(path, color_mode, where=None):
-    """A float32 CxHxW tensor in [0, 1]; unreadable files become one DataError line."""
-    array = decode_image(path, color_mode, where)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
+def load_image(path, color_mode, where=None, exif_transpose=True):
+    """A uint8 CxHxW tensor; unreadable files become one DataError line."""
+    return read_image(path, color_mode, where, exif_transpose)
+
+
+def _check_exif(exif_transpose):
+    if not isinstance(exif_transpose, bool):
+        raise ConfigError("exif_transpose", f"expected true or false, got {exif_transpose!r}")
+    return exif_transpose
 
 
 def collate_same_size(samples):
@@ -64,15 +71,17 @@ def collate_same_size(samples):
     return default_collate(samples)
 
 
-class ClsDatasetBase(Dataset):
+class ClsDatasetBase(FinalConversion, Dataset):
     """Applies the transform and builds the sample dict; subclasses provide ``_load(index)``."""
 
     num_classes: int
     classes: list
-    collate_fn = staticmethod(collate_same_size)
 
     def __init__(self, transform):
-        self.transform = transform
+        self.set_pipeline(transform)
+
+    def collate_fn(self, samples):
+        return self.attach(collate_same_size(samples))
 
     def _load(self, index):  # -> (image tensor, int label)
         raise NotImplementedError
@@ -89,6 +98,7 @@ class ClsDatasetBase(Dataset):
         image, label = self._load(index)
         if self.transform is not None:
             image = self.transform(image)
+        image = self.finish(image)
         if label is None:  # an unlabeled image (UP's inference_only meta files): predictions only
             return {"image": image, "index": index}
         return {"image": image, "label": torch.tensor(label, dtype=torch.int64), "index": index}
@@ -179,8 +189,9 @@ class ImageFolderDataset(ClsDatasetBase):
     """``root/<class>/<image>`` (sub-folders allowed); classes are the sorted folder names."""
 
     def __init__(self, root: str, transforms: Optional[list] = None, transformer: Optional[list] = None,
-                 color_mode: str = "RGB"):
+                 color_mode: str = "RGB", exif_transpose: bool = True):
         _check_color_mode(color_mode)
+        self.exif_transpose = _check_exif(exif_transpose)
         super().__init__(_transforms(transforms, transformer))
         if not os.path.isdir(root):
             raise DataError(f"image_folder root is not a directory: {root}")
@@ -207,7 +218,7 @@ class ImageFolderDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label = self.samples[index]
-        return load_image(path, self.color_mode), label
+        return load_image(path, self.color_mode, exif_transpose=self.exif_transpose), label
 
 
 # -- UP's cls meta files --------------------------------------------------------------------------
@@ -259,17 +270,21 @@ class ClsMetaDataset(ClsDatasetBase):
                  transforms: Optional[list] = None, transformer: Optional[list] = None,
                  meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
                  classes: Optional[list] = None, num_classes: Optional[int] = None,
-                 check_files: bool = True, save_score: bool = False, inference_cfg: Optional[dict] = None):
+                 check_files: bool = True, save_score: bool = False, inference_cfg: Optional[dict] = None,
+                 exif_transpose: Optional[bool] = None):
         self.save_score = bool(save_score)  # UP: the results file holds every class score
         if inference_cfg is not None:
             meta_file = self._inference_source(inference_cfg, meta_file)
         if image_reader is not None:
             if image_dir:
                 raise ConfigError("image_dir", "give image_dir here or in image_reader.kwargs, not both")
+            if exif_transpose is not None:
+                raise ConfigError("exif_transpose", "give exif_transpose here or in image_reader.kwargs, not both")
             self.reader = build_reader(image_reader)
         else:
             _check_color_mode(color_mode)
-            self.reader = FileReader(image_dir, color_mode)
+            exif_transpose = True if exif_transpose is None else _check_exif(exif_transpose)
+            self.reader = FileReader(image_dir, color_mode, exif_transpose=exif_transpose)
         if meta_type is not None and meta_type not in self.META_TYPES:
             raise ConfigError("meta_type", f"{meta_type!r} is not one of {', '.join(self.META_TYPES)}",
                               did_you_mean(meta_type, self.META_TYPES))
@@ -364,4 +379,4 @@ class ClsMetaDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label, lineno = self.records[index]
-        return read_image(path, self.reader.color_mode, where=f"{self.meta_file}:{lineno}"), label
+        return self.reader.read(path, where=f"{self.meta_file}:{lineno}"), label

@@ -1,11 +1,13 @@
 """Detection datasets: ``coco`` (instances JSON) and ``custom`` (UP's JSONL); ``digits_det``
 (generated scenes) lives in digits_det.py.
 
-A sample is ``{"image": float32 CxHxW in [0, 1], "target": {...}, "index": int}``; target:
+A sample is ``{"image": uint8 CxHxW, "target": {...}, "index": int}`` (float32 when the
+conversion to the model's input runs in the workers, ``dataset.normalize_on: workers``; see
+data/model_input.py; generated scenes hold float [0, 1] pixels); target:
 ``boxes`` (float32 Nx4 xyxy, transformed-image coordinates), ``labels`` (int64 N, 1..C),
 ``ignore_boxes`` (crowd / ignored regions), ``area``, ``image_id``, ``orig_size`` and
 ``img_size`` ((h, w) before / after resizing). ``collate_fn`` keeps lists and adds
-``batch["meta"] = {classes, cat_ids}``. Bad records raise one DataError naming file and record
+``batch["meta"] = {classes, cat_ids}`` (and the batch's ``model_input`` when the device converts). Bad records raise one DataError naming file and record
 (``on_bad_record: skip``: counted, reported once, dropped).
 """
 import json
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
@@ -31,10 +34,9 @@ BAD_RECORD_CHOICES = ("error", "skip")
 EDGE_TOLERANCE = 1.0  # pixels a box may stick out of its image (COCO rounding) before it is bad
 
 
-def load_rgb(path, where):
-    from ...data.readers import decode_image
-
-    return torch.from_numpy(decode_image(path, "RGB", where)).permute(2, 0, 1).float().div_(255.0)
+def load_rgb(path, where, exif_transpose=True):
+    """The RGB image at ``path`` as a uint8 CxHxW tensor."""
+    return read_image(path, "RGB", where, exif_transpose)
 
 
 class DetCollate:
@@ -48,9 +50,9 @@ class DetCollate:
                 "index": torch.tensor([s["index"] for s in samples], dtype=torch.int64), "meta": self.meta}
 
 
-class DetDataset(Dataset):
+class DetDataset(FinalConversion, Dataset):
     """Records -> samples. Subclasses fill ``self.records`` (dicts with image_id, height, width,
-    boxes, labels, ignore, source) and implement ``_image(record)`` -> float CxHxW."""
+    boxes, labels, ignore, source) and implement ``_image(record)`` -> uint8 (or float [0, 1]) CxHxW."""
 
     default_evaluator = {"type": "COCO"}
 
@@ -80,7 +82,10 @@ class DetDataset(Dataset):
     def set_classes(self, classes, cat_ids=None):
         self.classes, self.num_classes = list(classes), len(classes)
         self.cat_ids = list(cat_ids) if cat_ids is not None else list(range(1, self.num_classes + 1))
-        self.collate_fn = DetCollate(self.classes, self.cat_ids)
+        self._collate = DetCollate(self.classes, self.cat_ids)
+
+    def collate_fn(self, samples):
+        return self.attach(self._collate(samples))
 
     # -- bad data --------------------------------------------------------------------------
     def bad(self, message):
@@ -110,7 +115,7 @@ class DetDataset(Dataset):
         """Build the pipeline; transforms that draw other samples (mosaic, mixup: they have a
         ``bind`` method) get this dataset, and those holding one choice per batch (multi-scale
         resize: ``begin_batch``/``end_batch``) are remembered for :meth:`begin_batch`."""
-        self.transform = build_transforms(transforms, path)
+        self.set_pipeline(build_transforms(transforms, path))
         ops = list(pipeline_ops(self.transform))
         for op in ops:
             if hasattr(op, "bind"):
@@ -137,9 +142,14 @@ class DetDataset(Dataset):
         return to_pipeline(image, target)
 
     def _check_size(self, image, record):
-        if tuple(image.shape[-2:]) != (record["height"], record["width"]):
-            raise DataError(f"{record['source']}: image is {tuple(image.shape[-2:])} (h, w) but the "
-                            f"annotation says ({record['height']}, {record['width']})")
+        size = tuple(image.shape[-2:])
+        if size != (record["height"], record["width"]):
+            turned = size == (record["width"], record["height"]) and \
+                getattr(getattr(self, "reader", None), "exif_transpose", False)
+            hint = (" (the file's EXIF orientation turns it; if the boxes describe the stored pixels, "
+                    "set exif_transpose: false)") if turned else ""
+            raise DataError(f"{record['source']}: image is {size} (h, w) but the "
+                            f"annotation says ({record['height']}, {record['width']}){hint}")
 
     # -- samples ---------------------------------------------------------------------------
     def __len__(self):
@@ -166,7 +176,7 @@ class DetDataset(Dataset):
         self._check_size(image, record)
         if self.transform is not None:
             image, target = apply_transform(self.transform, image, target)
-        return {"image": image, "target": target, "index": index}
+        return {"image": self.finish(image), "target": target, "index": index}
 
 
 # -- coco ------------------------------------------------------------------------------------
@@ -181,11 +191,13 @@ def up_spellings(ann_file, meta_file, transforms, transformer):
     return ann_file or meta_file, transforms if transformer is None else transformer
 
 
-def reader_of(image_reader, img_dir):
+def reader_of(image_reader, img_dir, exif_transpose=None):
     if image_reader is None:
-        return FileReader(img_dir, "RGB")
+        return FileReader(img_dir, "RGB", exif_transpose=True if exif_transpose is None else exif_transpose)
     if img_dir:
         raise ConfigError("img_dir", "give img_dir here or image_dir in image_reader.kwargs, not both")
+    if exif_transpose is not None:
+        raise ConfigError("exif_transpose", "give exif_transpose here or in image_reader.kwargs, not both")
     return build_reader(image_reader)
 
 
@@ -228,11 +240,11 @@ class CocoDetection(DetDataset):
     def __init__(self, ann_file: Optional[str] = None, img_dir: str = "", transforms: Optional[list] = None,
                  on_bad_record: str = "error", skip_empty: bool = False, meta_file: Optional[str] = None,
                  image_reader: Optional[dict] = None, transformer: Optional[list] = None,
-                 source: Optional[str] = None, has_mask: bool = False):
+                 source: Optional[str] = None, has_mask: bool = False, exif_transpose: Optional[bool] = None):
         if has_mask:
             raise ConfigError("has_mask", "instance masks are not loaded: boxes only", "has_mask: false")
         ann_file, transforms = up_spellings(ann_file, meta_file, transforms, transformer)
-        self.reader = reader_of(image_reader, img_dir)
+        self.reader = reader_of(image_reader, img_dir, exif_transpose)
         self.source = source  # UP: the data source's name; recorded only
         data = read_json(ann_file, "coco ann_file")
         if not isinstance(data, dict) or not data.get("images") or not isinstance(data.get("categories"), list) \
@@ -299,7 +311,7 @@ class CocoDetection(DetDataset):
             raise DataError(f"{ann_file}: no usable images (after skipping {len(self.skipped)} bad record(s))")
 
     def _image(self, record):
-        return read_image(record["file"], self.reader.color_mode, record["source"])
+        return self.reader.read(record["file"], record["source"])
 
 
 # -- UP custom JSONL -----------------------------------------------------------------------------
@@ -311,9 +323,10 @@ class CustomDetection(DetDataset):
 
     def __init__(self, meta_file: str, image_dir: str = "", classes: Optional[list] = None,
                  num_classes: Optional[int] = None, transforms: Optional[list] = None,
-                 on_bad_record: str = "error", skip_empty: bool = False):
+                 on_bad_record: str = "error", skip_empty: bool = False, exif_transpose: bool = True):
         if not os.path.isfile(meta_file):
             raise DataError(f"custom meta_file not found: {meta_file}")
+        self.reader = FileReader(image_dir, "RGB", exif_transpose=exif_transpose)
         if classes is not None and num_classes is not None and len(classes) != num_classes:
             raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
         limit = len(classes) if classes is not None else num_classes
@@ -369,4 +382,4 @@ class CustomDetection(DetDataset):
         return rec
 
     def _image(self, record):
-        return load_rgb(record["file"], record["source"])
+        return self.reader.read(record["file"], record["source"])

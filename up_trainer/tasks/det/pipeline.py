@@ -1,6 +1,6 @@
 """A detection sample's way through its transform pipeline.
 
-Datasets hold ``(float CxHxW, target)`` with real boxes and ignore regions apart; inside a
+Datasets hold ``(uint8 CxHxW, target)`` with real boxes and ignore regions apart; inside a
 pipeline the ignore regions travel in ``boxes`` with label 0 (real labels are 1..C), so a
 transform that drops or adds boxes (SanitizeBoundingBoxes, mosaic, the box filter of
 random_perspective_yolox) keeps boxes, labels and areas aligned. The two are split again when
@@ -21,7 +21,7 @@ def pipeline_ops(transform):
 
 
 def to_pipeline(image, target):
-    """(float CxHxW, target) -> (tv_tensors.Image, target with one BoundingBoxes for boxes and
+    """(uint8 or float CxHxW, target) -> (tv_tensors.Image, target with one BoundingBoxes for boxes and
     ignore regions, ``labels`` 0 for the ignore regions)."""
     from torchvision import tv_tensors
 

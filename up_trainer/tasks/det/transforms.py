@@ -14,7 +14,8 @@ Registered names usable in a dataset's ``transforms`` list (UP's names where UP 
   inside by default (``image_mean``/``image_std``); set those to 0/1 if the pipeline normalizes.
 
 Any torchvision.transforms.v2 class works too (ColorJitter, RandomIoUCrop...): the dataset hands
-the pipeline ``(tv_tensors.Image, {"boxes": tv_tensors.BoundingBoxes, ...})``. Every callable
+the pipeline ``(tv_tensors.Image, {"boxes": tv_tensors.BoundingBoxes, ...})``, the image uint8
+(float [0, 1] for generated scenes); every transform here keeps its dtype. Every callable
 takes and returns ``(image, target)``; random choices come from torch's global RNG, which the
 loader seeds per sample.
 """
@@ -196,7 +197,8 @@ class Flip(v2.RandomHorizontalFlip):
 @TRANSFORMS.register("pad_to_stride")
 class PadToStride:
     """Zero-pad right and bottom so height and width are multiples of ``stride``; boxes keep
-    their coordinates (the origin does not move)."""
+    their coordinates (the origin does not move). ``fill`` on the float [0, 1] scale (a uint8
+    image gets the nearest level)."""
 
     def __init__(self, stride: int = 32, fill: float = 0.0):
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
@@ -210,7 +212,9 @@ class PadToStride:
             _mark_size(target, h, w)  # the content size, before padding
         if ph == 0 and pw == 0:
             return image if target is None else (image, target)
-        pad = v2.Pad([0, 0, pw, ph], fill=self.fill)
+        # fill is on the float [0, 1] scale: the nearest level for a uint8 image
+        fill = self.fill if image.is_floating_point() else round(self.fill * 255)
+        pad = v2.Pad([0, 0, pw, ph], fill=fill)
         return pad(image) if target is None else pad(image, target)
 
     def __repr__(self):
