@@ -143,6 +143,20 @@ def test_csv_classification_names_ints_and_tsv(tmp_path):
     assert ds.num_classes == 3 and [r[1] for r in ds.records] == [2, 0]
 
 
+def test_dry_run_trains_on_yolo(digits, tmp_path):
+    from conftest import invoke, write_cfg
+    from format_fixtures import det_cfg
+
+    root, splits = digits
+    data = write_yolo({s: splits[s][:2] for s in ("train", "val")}, str(tmp_path / "yolo"))
+    cfg = det_cfg({"type": "yolo", "kwargs": {"data": data, "split": "train"}},
+                  {"type": "yolo", "kwargs": {"data": data, "split": "val"}})
+    result = invoke(["train", "--config", write_cfg(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run",
+                     "--dry-run"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+
+
+@pytest.mark.slow  # three one-epoch runs: about 45 s on 2 busy cores
 def test_train_one_epoch_on_cvat_equals_coco_and_voc_trains(digits, tmp_path):
     """CVAT holds the scenes' boxes exactly: the same seed gives the same run as on COCO."""
     import csv
