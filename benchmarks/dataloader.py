@@ -1,28 +1,40 @@
-"""Input pipelines on the CPU: images/s of up's classification and detection loaders (decode +
-transforms + collate) per DataLoader worker count, against a bare torchvision pipeline.
+"""Input pipelines on the CPU: images/s of up's loaders (decode + transforms + collate + the
+conversion to the model's float input) per DataLoader worker count, against a bare torchvision
+pipeline, without and with the image cache; and the detection demo's training speed end to end.
 
     python benchmarks/dataloader.py [--workers 0 1 2] [--rounds 3] [--cls-images 256] [--det-images 64]
-                                    [--pipelines cls det yolox]
+                                    [--pipelines cls det improve yolox] [--no-cache]
+    python benchmarks/dataloader.py --e2e [--e2e-images 400] [--e2e-workers 0 2] [--before TREE]
+    python benchmarks/dataloader.py --settings [--rounds 3]      # persistent workers, prefetch_factor
 
 The data are JPEG files written to a temporary directory first: ``cls`` 10 class folders of
 320x256 images, ``det`` a COCO instances file with 640x480 images and 3-8 boxes each.
 
-- ``cls`` up: ``image_folder`` dataset, transforms RandomResizedCrop(224) + RandomHorizontalFlip
-  + Normalize, up's LoaderFactory (per-batch seeding, resumable sampler, collate), batch 32.
-  Bare: ``torchvision.datasets.ImageFolder`` (PIL) with the same v2 transforms after
-  ToImage + ToDtype(float32, scale), ``DataLoader(shuffle=True)``, batch 32.
-- ``det`` up: ``coco`` dataset, transforms keep_ar_resize_max(scales [640], max_size 1066) +
-  flip, LoaderFactory, batch 8. Bare: ``torchvision.datasets.CocoDetection`` wrapped for
-  transforms v2 with Resize(640, max_size=1066) + RandomHorizontalFlip + ToDtype, a list collate.
-- ``yolox`` up only (torchvision has no equivalent): the same COCO data through UP's YOLOX
-  training pipeline as UP's yolox_small.yaml writes it (mosaic tar_size 640, random_perspective_yolox
-  border -320, yolox_mixup_cv2 640, augment_hsv, flip, keep_ar_resize_max random_size [15, 25]
-  x 32 with left_top padding, custom_to_tensor), batch 8. Each image decodes 5 (4 mosaic + 1 mixup).
+- ``cls`` up: ``image_folder``, RandomResizedCrop(224) + RandomHorizontalFlip + Normalize, up's
+  LoaderFactory (per-batch seeding, resumable sampler, collate), batch 32. Bare:
+  ``torchvision.datasets.ImageFolder`` reading with ``torchvision.io.decode_image`` (uint8), the
+  same v2 transforms on uint8, ``ToDtype(float32, scale=True)`` + Normalize at the end,
+  ``DataLoader(shuffle=True)``, batch 32.
+- ``det`` up: ``coco``, keep_ar_resize_max(scales [640], max_size 1066) + flip, batch 8. Bare:
+  ``torchvision.datasets.CocoDetection`` (uint8 decode) wrapped for transforms v2, Resize(640,
+  max_size=1066) + RandomHorizontalFlip + ToDtype(float32, scale=True), a list collate.
+- ``improve`` up only: the det data through UP's improve augmentations (stitch_expand 2.0 at
+  p 0.5, crop at p 0.5, fix_output_resize 640x640, flip, to_tensor, normalize), batch 8.
+- ``yolox`` up only: the det data through UP's yolox_small training pipeline (mosaic 640,
+  random_perspective_yolox border -320, yolox_mixup_cv2 640, augment_hsv, flip,
+  keep_ar_resize_max random_size [15, 25] x 32 left_top, custom_to_tensor), batch 8; each image
+  decodes 5 (4 mosaic + 1 mixup).
 
-Each (pipeline, loop, worker count) is one full pass over the data with a fresh DataLoader (its
-worker start-up included, as an epoch without persistent workers has it). The order of the
-loops alternates each round; medians over ``--rounds`` rounds. One intra-op thread in the main
-process and in every worker (as torch sets in workers), so worker counts compare processes.
+up's batches are converted as the trainer does on the CPU (``batch_to_model``: uint8 to float
+and the normalization in the main process), so both sides deliver float model input.
+Columns ``ram e1`` / ``ram e2``: up with ``dataset.cache: ram``, the pass that fills the cache
+(epoch 1) and the next one (epoch 2, no decoding); ``e2/up`` is the cache's gain.
+
+Each measurement is one full pass over the data with a fresh DataLoader (its worker start-up
+included, as an epoch without persistent workers has it). The loops of a (pipeline, worker
+count) run interleaved, their order rotating every round; medians over ``--rounds`` rounds. One
+intra-op thread in the main process and in every worker (as torch sets in workers), so worker
+counts compare processes. ``--e2e``: see benchmarks/dataloader_e2e.py.
 """
 import argparse
 import contextlib
@@ -42,7 +54,9 @@ from torch.utils.data import DataLoader
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from up_trainer.data.image_cache import install, open_image_cache  # noqa: E402
 from up_trainer.data.loader import LoaderFactory  # noqa: E402
+from up_trainer.data.model_input import convert_batch  # noqa: E402
 from up_trainer.engine.builder import build_dataset  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -83,35 +97,19 @@ def write_det(root, n, rng):
     return ann_file, os.path.join(root, "images")
 
 
-def loader_cfg(batch_size, workers):
-    return {"batch_size": batch_size, "test_batch_size": None, "num_workers": workers, "pin_memory": False,
-            "persistent_workers": False, "prefetch_factor": None, "drop_last": False}
-
-
-def up_cls(root, workers):
-    transforms = [{"type": "RandomResizedCrop", "kwargs": {"size": 224, "antialias": True}},
+# -- up ------------------------------------------------------------------------------------------
+CLS_TRANSFORMS = [{"type": "RandomResizedCrop", "kwargs": {"size": 224, "antialias": True}},
                   {"type": "RandomHorizontalFlip"}, {"type": "Normalize", "kwargs": {"mean": MEAN, "std": STD}}]
-    data = build_dataset({"type": "image_folder", "kwargs": {"root": root, "transforms": transforms}}, "cls")
-    return LoaderFactory(loader_cfg(32, workers), data, None, seed=0).train_loader(1)
-
-
-def bare_cls(root, workers):
-    from torchvision import datasets
-    from torchvision.transforms import v2
-
-    tf = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
-                     v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
-    return DataLoader(datasets.ImageFolder(root, transform=tf), batch_size=32, shuffle=True, num_workers=workers)
-
-
-def up_det(ann_file, img_dir, workers):
-    transforms = [{"type": "keep_ar_resize_max", "kwargs": {"scales": [640], "max_size": 1066}},
+DET_TRANSFORMS = [{"type": "keep_ar_resize_max", "kwargs": {"scales": [640], "max_size": 1066}},
                   {"type": "flip", "kwargs": {"flip_p": 0.5}}]
-    data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
-                                                      "transforms": transforms}}, "det")
-    return LoaderFactory(loader_cfg(8, workers), data, None, seed=0).train_loader(1)
-
-
+IMPROVE_TRANSFORMS = [
+    {"type": "stitch_expand", "kwargs": {"expand_ratios": 2.0, "expand_prob": 0.5}},
+    {"type": "crop", "kwargs": {"means": [123.675, 116.28, 103.53], "crop_prob": 0.5}},
+    {"type": "fix_output_resize", "kwargs": {"scales": [640, 640]}},
+    {"type": "flip", "kwargs": {"flip_p": 0.5}},
+    {"type": "to_tensor"},
+    {"type": "normalize", "kwargs": {"mean": MEAN, "std": STD}},
+]
 YOLOX_TRANSFORMS = [
     {"type": "mosaic", "kwargs": {"extra_input": True, "tar_size": 640, "fill_color": 0}},
     {"type": "random_perspective_yolox", "kwargs": {"degrees": 10.0, "translate": 0.1, "scale": [0.1, 2.0],
@@ -127,10 +125,47 @@ YOLOX_TRANSFORMS = [
 ]
 
 
-def up_yolox(ann_file, img_dir, workers):
-    data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
-                                                      "transforms": YOLOX_TRANSFORMS}}, "yolox")
-    return LoaderFactory(loader_cfg(8, workers), data, None, seed=0).train_loader(1)
+def loader_cfg(batch_size, workers):
+    return {"batch_size": batch_size, "test_batch_size": None, "num_workers": workers, "pin_memory": False,
+            "persistent_workers": False, "prefetch_factor": None, "drop_last": False}
+
+
+def up_dataset(task, paths):
+    if task == "cls":
+        return build_dataset({"type": "image_folder", "kwargs": {"root": paths["cls"], "transforms": CLS_TRANSFORMS}},
+                             "cls")
+    transforms = {"det": DET_TRANSFORMS, "improve": IMPROVE_TRANSFORMS, "yolox": YOLOX_TRANSFORMS}[task]
+    ann_file, img_dir = paths["det"]
+    return build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
+                                                      "transforms": transforms}}, task)
+
+
+def up_passes(task, paths, workers, cache):
+    """Loaders for epochs 1, 2, ... of one up data set (with ``cache: ram`` its arena is planned
+    here, once, as a run does at start-up)."""
+    install(None)
+    data = up_dataset(task, paths)
+    if cache:
+        open_image_cache({"cache": "ram"}, [("dataset.train", data)])
+    factory = LoaderFactory(loader_cfg(32 if task == "cls" else 8, workers), data, None, seed=0)
+    return lambda epoch: factory.train_loader(epoch)
+
+
+# -- bare torchvision ------------------------------------------------------------------------------
+def read_uint8(path):
+    from torchvision.io import ImageReadMode, decode_image
+
+    return decode_image(path, mode=ImageReadMode.RGB)
+
+
+def bare_cls(root, workers):
+    from torchvision import datasets
+    from torchvision.transforms import v2
+
+    tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(),
+                     v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    data = datasets.ImageFolder(root, transform=tf, loader=read_uint8)
+    return DataLoader(data, batch_size=32, shuffle=True, num_workers=workers)
 
 
 def _list_collate(samples):
@@ -143,20 +178,78 @@ def bare_det(ann_file, img_dir, workers):
 
     tf = v2.Compose([v2.ToImage(), v2.Resize(640, max_size=1066, antialias=True), v2.RandomHorizontalFlip(),
                      v2.ToDtype(torch.float32, scale=True)])
+
+    class UInt8Coco(datasets.CocoDetection):
+        def _load_image(self, id):
+            return read_uint8(os.path.join(self.root, self.coco.loadImgs(id)[0]["file_name"]))
+
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools reports its index building
-        coco = datasets.CocoDetection(img_dir, ann_file, transforms=tf)
+        coco = UInt8Coco(img_dir, ann_file, transforms=tf)
     data = datasets.wrap_dataset_for_transforms_v2(coco, target_keys=("boxes", "labels", "image_id"))
     return DataLoader(data, batch_size=8, shuffle=True, num_workers=workers, collate_fn=_list_collate)
 
 
-def one_pass(make_loader):
-    """(images/s, images) of one pass over a fresh loader, worker start-up included."""
+# -- measuring -------------------------------------------------------------------------------------
+def one_pass(loader):
+    """images/s of one pass over a fresh loader, worker start-up and up's model-input step included."""
     start = time.perf_counter()
     n = 0
-    for batch in make_loader():
-        images = batch["image"] if isinstance(batch, dict) else batch[0]
+    for batch in loader:
+        if isinstance(batch, dict):
+            batch = convert_batch(batch)
+            images = batch["image"]
+        else:
+            images = batch[0]
         n += len(images)
-    return n / (time.perf_counter() - start), n
+    return n / (time.perf_counter() - start)
+
+
+def measure(task, paths, workers, rounds, with_cache):
+    """{loop: [images/s per round]}: bare (cls, det), up, and up with cache: ram (its epochs 1, 2)."""
+    loops = (["bare"] if task in ("cls", "det") else []) + ["up"] + (["ram"] if with_cache else [])
+    rates = {"bare": [], "up": [], "ram e1": [], "ram e2": []}
+    for r in range(rounds):
+        for loop in loops[r % len(loops):] + loops[:r % len(loops)]:
+            if loop == "bare":
+                make = bare_cls if task == "cls" else bare_det
+                rates["bare"].append(one_pass(make(paths["cls"], workers) if task == "cls" else
+                                              make(*paths["det"], workers)))
+            elif loop == "up":
+                rates["up"].append(one_pass(up_passes(task, paths, workers, cache=False)(1)))
+            else:
+                epochs = up_passes(task, paths, workers, cache=True)
+                rates["ram e1"].append(one_pass(epochs(1)))
+                rates["ram e2"].append(one_pass(epochs(2)))
+                install(None)
+    return {k: statistics.median(v) for k, v in rates.items() if v}
+
+
+def loader_settings(paths, rounds, epochs=3):
+    """Seconds for ``epochs`` passes of the cls and det loaders at 2 workers: persistent workers
+    off / on (DataLoader's default prefetch_factor 2), and prefetch_factor 4 with them."""
+    settings = [("fresh workers each epoch", False, None), ("persistent_workers", True, None),
+                ("persistent, prefetch_factor 4", True, 4)]
+    print(f"loader settings, 2 workers, {epochs} epochs per measurement (seconds, median of {rounds})")
+    for task in ("cls", "det"):
+        times = {name: [] for name, _, _ in settings}
+        for r in range(rounds):
+            for name, persistent, prefetch in settings[r % 3:] + settings[:r % 3]:
+                install(None)
+                cfg = dict(loader_cfg(32 if task == "cls" else 8, 2), persistent_workers=persistent,
+                           prefetch_factor=prefetch)
+                factory = LoaderFactory(cfg, up_dataset(task, paths), None, seed=0)
+                start = time.perf_counter()
+                for epoch in range(1, epochs + 1):
+                    one_pass(factory.train_loader(epoch))
+                times[name].append(time.perf_counter() - start)
+                del factory
+        base = statistics.median(times[settings[0][0]])
+        print(f"  {task}: " + ", ".join(f"{name} {statistics.median(t):.2f} s ({statistics.median(t) / base:.2f})"
+                                        for name, t in times.items()), flush=True)
+
+
+def cell(value, fmt):
+    return format(value, fmt) if value is not None else "-"
 
 
 def main():
@@ -165,38 +258,43 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cls-images", type=int, default=256)
     ap.add_argument("--det-images", type=int, default=64)
-    ap.add_argument("--pipelines", nargs="+", default=["cls", "det", "yolox"], choices=["cls", "det", "yolox"])
+    ap.add_argument("--pipelines", nargs="+", default=["cls", "det", "improve", "yolox"],
+                    choices=["cls", "det", "improve", "yolox"])
+    ap.add_argument("--no-cache", action="store_true", help="skip the cache: ram columns")
+    ap.add_argument("--e2e", action="store_true", help="only the detection demo's epoch-2 images/s (dataloader_e2e.py)")
+    ap.add_argument("--e2e-images", type=int, default=400, help="training scenes of the end-to-end runs")
+    ap.add_argument("--e2e-workers", type=int, nargs="+", default=[0, 2])
+    ap.add_argument("--before", default=None, help="an older checkout of the project: its figure as 'before'")
+    ap.add_argument("--settings", action="store_true", help="only the loader settings: persistent workers, "
+                    "prefetch_factor (cls and det, 2 workers)")
     args = ap.parse_args()
+    if args.e2e:
+        from dataloader_e2e import run_e2e
+
+        return run_e2e(args.e2e_images, args.e2e_workers, args.before)
     torch.set_num_threads(1)
     import logging
 
     logging.getLogger("up").setLevel(logging.WARNING)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        cls_root = write_cls(os.path.join(tmp, "cls"), args.cls_images, rng)
-        ann_file, img_dir = write_det(os.path.join(tmp, "det"), args.det_images, rng)
-        pipelines = {
-            "cls": {"up": lambda w: up_cls(cls_root, w), "bare": lambda w: bare_cls(cls_root, w)},
-            "det": {"up": lambda w: up_det(ann_file, img_dir, w), "bare": lambda w: bare_det(ann_file, img_dir, w)},
-            "yolox": {"up": lambda w: up_yolox(ann_file, img_dir, w)},
-        }
-        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds; images/s (median), "
-              f"one pass per measurement with worker start-up")
-        print(f"{'pipeline':<9}{'workers':>8}{'bare im/s':>11}{'up im/s':>10}{'up/bare':>9}")  # images/s: above 1 is up faster
-        for task, loops in ((t, pipelines[t]) for t in args.pipelines):
+        paths = {"cls": write_cls(os.path.join(tmp, "cls"), args.cls_images, rng),
+                 "det": write_det(os.path.join(tmp, "det"), args.det_images, rng)}
+        if args.settings:
+            return loader_settings(paths, args.rounds)
+        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+              f"{args.rounds} rounds; images/s (median), one pass per measurement with worker start-up")
+        head = ("pipeline", "workers", "bare", "up", "up/bare", "ram e1", "ram e2", "e2/up", "e2/bare")
+        print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(head)))
+        for task in args.pipelines:
             for workers in args.workers:
-                rates = {name: [] for name in loops}
-                for r in range(args.rounds):
-                    for loop in (("bare", "up") if r % 2 == 0 else ("up", "bare")):
-                        if loop in loops:
-                            rate, _ = one_pass(lambda: loops[loop](workers))
-                            rates[loop].append(rate)
-                med = {k: statistics.median(v) for k, v in rates.items()}
-                if "bare" in med:
-                    print(f"{task:<9}{workers:>8}{med['bare']:>11.1f}{med['up']:>10.1f}"
-                          f"{med['up'] / med['bare']:>9.3f}", flush=True)
-                else:
-                    print(f"{task:<9}{workers:>8}{'-':>11}{med['up']:>10.1f}{'-':>9}", flush=True)
+                m = measure(task, paths, workers, args.rounds, not args.no_cache)
+                bare, up, e1, e2 = m.get("bare"), m["up"], m.get("ram e1"), m.get("ram e2")
+                row = [task, str(workers), cell(bare, ".1f"), cell(up, ".1f"), cell(bare and up / bare, ".3f"),
+                       cell(e1, ".1f"), cell(e2, ".1f"), cell(e2 and e2 / up, ".2f"),
+                       cell(bare and e2 and e2 / bare, ".2f")]
+                print("".join(f"{c:>9}" if i else f"{c:<9}" for i, c in enumerate(row)), flush=True)
+        print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
