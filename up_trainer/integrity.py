@@ -11,18 +11,27 @@ import zlib
 
 
 def verify_checksums(path):
-    """Read every record of a torch zip file and compare it with the CRC-32 stored beside it.
+    """Read every record of a torch zip file (a path, or a binary file opened by
+    ``paths.open_input``) and compare it with the CRC-32 stored beside it.
 
     torch.save writes a CRC-32 of each record (each tensor storage and the pickle) into the
     zip headers but torch.load never checks them, so flipped bytes would load without a word.
     Returns None when all match (or the file is not a zip: torch's legacy format), else one
     sentence naming the first bad record. torch stores records uncompressed: their bytes are
     checksummed in place through a memory map (half the time of reading them through zipfile)."""
+    if isinstance(path, (str, os.PathLike)):
+        try:
+            with open(path, "rb") as f:
+                return verify_checksums(f)
+        except OSError:
+            return None  # unreadable: the load that follows says why
+    f = path
     try:
-        if not zipfile.is_zipfile(path):
+        if not zipfile.is_zipfile(f):
             return None
-        with zipfile.ZipFile(path) as archive, open(path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else None
+        with zipfile.ZipFile(f) as archive:
+            size = os.fstat(f.fileno()).st_size
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
             try:
                 for info in archive.infolist():
                     if info.compress_type != zipfile.ZIP_STORED:

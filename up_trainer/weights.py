@@ -5,31 +5,65 @@ goes through :func:`load_fitting`: tensors whose name and shape fit are loaded, 
 reported (one info line, one warning per kind of misfit), never an error.
 """
 import logging
-import os
+import pickle
+import warnings
 
 import torch
 
 from .errors import CheckpointError
+from .integrity import verify_checksums
+from .paths import open_input
 
 log = logging.getLogger("up")
 SHOWN_KEYS = 20  # per warning line; the report returned holds them all
 
 
-def load_weights(path):
-    """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one."""
-    if not os.path.exists(path):
-        raise CheckpointError(f"weights file not found: {path}")
-    if os.path.isfile(path):
-        from .integrity import verify_checksums
+# torch's legacy (pre-zip) files start with this number, pickled (LONG1 opcode, 10 bytes)
+_LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
-        bad = verify_checksums(path)
+
+def torch_load(f, map_location="cpu"):
+    """``torch.load(weights_only=True)`` of a binary file opened by ``paths.open_input``.
+
+    A file torch.save did not write (a plain pickle, whose load could run code; text; an
+    image) is refused before it is unpickled, with a ValueError. torch's warnings (a legacy
+    file's pickle protocol) stay off stderr, and the weights-only unpickler's refusal is
+    raised as its own reason in one line, not torch's advice to load unsafely."""
+    f.seek(0)
+    head = f.read(64)
+    f.seek(0)
+    if not head.startswith(b"PK\x03\x04") and _LEGACY_MAGIC not in head:
+        raise ValueError("not a file torch.save writes (a plain pickle is refused: loading one can run code)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(f, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise pickle.UnpicklingError(_unpickler_reason(str(exc))) from None
+
+
+def _unpickler_reason(text):
+    """The line of torch's weights-only message that says what was refused."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            reason = line.split("WeightsUnpickler error:", 1)[1].strip() or (lines[i + 1] if i + 1 < len(lines) else "")
+            return reason.split(". Please use", 1)[0]
+    return lines[0] if lines else "refused"
+
+
+def load_weights(path):
+    """State dict from any checkpoint-like file: ours, a {'state_dict': ...} file, or a bare one.
+    Opened by the one input opener (paths.open_input): a regular file or an error line."""
+    with open_input(path, "weights file", CheckpointError) as f:
+        bad = verify_checksums(f)
         if bad:
             raise CheckpointError(f"weights file {path} is corrupt: {bad}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"cannot load weights from {path}: {first}") from None
+        try:
+            obj = torch_load(f)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"cannot load weights from {path}: {first}") from None
     if isinstance(obj, dict):
         for key in ("model", "state_dict", "model_state_dict"):
             if isinstance(obj.get(key), dict):
