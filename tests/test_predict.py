@@ -60,7 +60,7 @@ def test_predict_detection_writes_jsonl_and_drawn_pngs(tmp_path, det_setup):
     rec = lines[0]
     assert rec["boxes"] and len(rec["boxes"]) == len(rec["scores"]) == len(rec["labels"]) <= 60
     assert set(rec["labels"]) == {4} and set(rec["classes"]) == {"3"} and min(rec["scores"]) >= 0.5
-    drawn = np.asarray(Image.open(out / "img0.png").convert("RGB")).astype(int)
+    drawn = np.asarray(Image.open(out / "img0.png.png").convert("RGB")).astype(int)
     factor = drawn.shape[0] // 48
     assert factor >= 2  # tiny inputs are drawn enlarged
     original = np.asarray(Image.open(inputs / "img0.png").convert("RGB")).repeat(factor, 0).repeat(factor, 1)
@@ -79,7 +79,7 @@ def test_predict_single_file_threshold_and_bad_input(tmp_path, det_setup):
                                     str(inputs / "img1.png"), "--out", str(out), "--score-thr", "1.0"])
     assert res.exit_code == 0, res.output
     rec = json.loads((out / "predictions.jsonl").read_text())
-    assert rec["boxes"] == [] and (out / "img1.png").exists()
+    assert rec["boxes"] == [] and (out / "img1.png.png").exists()
     res = CliRunner().invoke(main, ["predict", "--config", cfg, "--checkpoint", ckpt, "--input",
                                     str(tmp_path / "missing"), "--out", str(out)])
     assert res.exit_code == 2 and "no such file" in res.output
@@ -96,5 +96,5 @@ def test_predict_classification(tmp_path):
     assert res.exit_code == 0, res.output + repr(res.exception)
     rec = json.loads((tmp_path / "out" / "predictions.jsonl").read_text())
     assert 0 <= rec["label"] < 10 and rec["class"] == str(rec["label"]) and 0 < rec["score"] <= 1
-    drawn = np.asarray(Image.open(tmp_path / "out" / "d.png").convert("RGB"))
+    drawn = np.asarray(Image.open(tmp_path / "out" / "d.png.png").convert("RGB"))
     assert drawn.shape[0] >= 128 and (drawn[:, :, 1] != drawn[:, :, 0]).any()  # colored frame/caption

@@ -5,6 +5,7 @@ checkpoint raises a subclass of :class:`UserError`. The CLI prints its one-line 
 exits with code 2; nothing else is ever shown as a traceback for these.
 """
 import difflib
+import re
 import reprlib
 
 
@@ -80,9 +81,28 @@ _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = _REPR.maxarray = 8
 _REPR.maxstring = _REPR.maxother = _REPR.maxlong = VALUE_CHARS
 
 
+# A value quoted as repr quotes it, or a run of characters without a space (a key path, a
+# file name, a bare value): the parts of a message that can be arbitrarily long.
+_LONG_PART = re.compile(r"""(?<!\w)'[^'\n]{%d,}'(?!\w)|(?<!\w)"[^"\n]{%d,}"(?!\w)|\S{%d,}"""
+                        % (VALUE_CHARS - 1, VALUE_CHARS - 1, VALUE_CHARS + 1))
+
+
 def shorten(text, limit=MESSAGE_CHARS):
-    """A message cut to ``limit`` characters (the last resort before it is printed)."""
+    """The one place a message is cut before it is printed: every quoted value and every run
+    without a space longer than VALUE_CHARS is cut to VALUE_CHARS characters in its middle
+    (its start and its end stay, as reprlib cuts), then the whole message to ``limit``."""
+    text = _LONG_PART.sub(lambda m: _cut_middle(m.group(0), VALUE_CHARS), text[:64 * limit])
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _cut_middle(text, limit):
+    tail = (limit - 3) // 4
+    return text[:limit - 3 - tail] + "..." + text[len(text) - tail:]
+
+
+def printable(text):
+    """``text`` on one line: control characters (a newline in a path) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def join_path(path, key):

@@ -4,7 +4,9 @@ Detection: one JSON line per image {file, width, height, boxes (xyxy, original p
 scores, labels (1..C), classes}; the PNG shows every box with score >= score_thr, its class
 name and score. Classification: {file, label, class, score, topk}; the PNG shows the image
 framed and captioned with the predicted class and score. Small images are drawn enlarged
-(integer factor up to a 256-pixel short side) so the labels stay readable.
+(integer factor up to a 256-pixel short side) so the labels stay readable. The drawing of
+``a.jpg`` is ``<out>/a.jpg.png`` (:func:`drawing_name`); ``--out`` may not be a directory that
+holds an input.
 
 Preprocessing follows the config's test dataset: its transform pipeline (e.g. the detector's
 keep_ar_resize_max) on the decoded uint8 image, then its model-input conversion (the pipeline's
@@ -14,10 +16,12 @@ classification, its color mode / channel count and size.
 import json
 import logging
 import os
+import stat
 
 import torch
 
 from .errors import CheckpointError, ConfigError, DataError
+from .paths import guard_output_dir, kind_of
 from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
 
 log = logging.getLogger("up")
@@ -25,14 +29,21 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".
 
 
 def list_inputs(path):
-    if os.path.isfile(path):
-        return [path]
+    """The image files ``--input`` names: the file itself, or the directory's image files.
+    Each must be a regular file (a FIFO would block its reader forever)."""
     if os.path.isdir(path):
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_EXTENSIONS))
         if not files:
             raise DataError(f"--input {path}: no image files ({', '.join(IMAGE_EXTENSIONS)})")
-        return files
-    raise DataError(f"--input {path}: no such file or directory")
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        raise DataError(f"--input {path}: no such file or directory")
+    for file in files:
+        mode = os.stat(file).st_mode
+        if not stat.S_ISREG(mode):
+            raise DataError(f"--input: {file} is {kind_of(mode)}, not a regular file")
+    return files
 
 
 # -- model and data ------------------------------------------------------------------------------
@@ -96,8 +107,17 @@ def _preprocessing(ds):
     return getattr(ds, "transform", None), getattr(ds, "model_input", None) or ModelInput(), exif
 
 
-def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True):
-    """Predict every input image; returns the list of JSON records written."""
+def drawing_name(path):
+    """The drawn PNG's file name for the input image ``path``: its whole file name plus
+    ``.png`` (``a.jpg`` -> ``a.jpg.png``), so two inputs that differ only in their extension
+    never write the same file, and the name says which input it shows."""
+    return os.path.basename(path) + ".png"
+
+
+def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True, config_files=()):
+    """Predict every input image; returns the list of JSON records written. ``out_dir`` is
+    checked by the output guard (paths.py) first: it may hold none of the inputs (images,
+    checkpoint, ``config_files``)."""
     from .engine.builder import pick_device
     from .tasks.det.datasets import apply_transform, load_rgb
 
@@ -105,9 +125,10 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
         raise ConfigError("--score-thr", f"must be in [0, 1], got {score_thr}")
     from .data.readers import set_max_image_pixels
 
+    files = list_inputs(inputs)
+    guard_output_dir(out_dir, "--out", inputs=[*files, checkpoint, *config_files])
     device = pick_device(device, cfg["runtime"])
     set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
-    files = list_inputs(inputs)
     model = load_model(cfg, checkpoint, device, use_ema)
     ds = test_dataset(cfg)
     classes = _class_names(ds, model)
@@ -126,7 +147,7 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
                 entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
                 size = (entry.get("kwargs") or {}).get("size")
                 rec, drawn = _predict_cls(model, path, size, preprocessing, classes, device)
-            png = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
+            png = os.path.join(out_dir, drawing_name(path))
             save_png(drawn, png)
             rec["png"] = png
             jf.write(json.dumps(rec) + "\n")

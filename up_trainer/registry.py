@@ -33,6 +33,9 @@ def import_user_modules(modules, path="runtime.imports"):
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(join_path(path, i), f"expected a module name like my_pkg.hooks, got "
                               f"{type(name).__name__} {short_repr(name)}")
+        if not all(part.isidentifier() for part in name.split(".")):  # '..foo', 'a..b', 'my-pkg'
+            raise ConfigError(join_path(path, i), f"{short_repr(name)} is not an absolute module name "
+                              "(dotted Python identifiers, like my_pkg.hooks)")
         try:
             importlib.import_module(name)
         except ImportError as exc:

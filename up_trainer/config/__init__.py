@@ -46,9 +46,10 @@ def _addresses_a_hook_entry(opt):
     return parts[0] == "hooks" and len(parts) > 1
 
 
-def resolve_config(path, opts=()):
-    """The config as the trainer sees it: validated, defaults filled, default hooks listed."""
-    cfg = load_file(path)
+def resolve_config(path, opts=(), files=None):
+    """The config as the trainer sees it: validated, defaults filled, default hooks listed.
+    ``files``: a list that receives every file read (the config and its ``_base_`` files)."""
+    cfg = load_file(path, files=files)
     opts = list(opts or ())
     # One path for the file and the command line: an option acts as if it were written in the
     # YAML file (``hooks=[...]`` and ``default_hooks.logger=null`` included), then the default

@@ -4,6 +4,7 @@ import os
 import yaml
 
 from ..errors import ConfigError
+from ..paths import config_error, open_input
 from .anchors import anchor_only_keys
 
 # Limits far above any real config (UP's largest is a few KB, nested < 15 deep), low enough
@@ -106,13 +107,9 @@ def parse_yaml(text, source="<string>"):
 
 
 def read_yaml_file(path, what="config file"):
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_CONFIG_BYTES + 1)  # never more: /dev/zero or a FIFO is no config
-    except FileNotFoundError:
-        raise ConfigError(None, f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(None, f"{what} is a directory, not a file: {path}") from None
+    try:  # a FIFO, a device or a directory is refused at the open (paths.open_input)
+        with open_input(path, what, config_error, text=True) as f:
+            text = f.read(MAX_CONFIG_BYTES + 1)  # never more: a huge file is no config
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(None, f"cannot read {what} {path}: {exc}") from None
     if len(text) > MAX_CONFIG_BYTES:
@@ -155,14 +152,18 @@ def _strip_delete(value):
     return value
 
 
-def load_file(path, _stack=()):
-    """Load ``path`` with its ``_base_`` files merged underneath (relative to ``path``)."""
+def load_file(path, _stack=(), files=None):
+    """Load ``path`` with its ``_base_`` files merged underneath (relative to ``path``).
+    ``files``: a list that receives the path of every file read (the inputs an output must
+    never overwrite)."""
     real = os.path.realpath(path)
     if real in _stack:
         chain = " -> ".join(os.path.basename(p) for p in (*_stack, real))
         raise ConfigError(f"{path}: _base_", f"inheritance cycle: {chain}")
     what = "config file" if not _stack else "_base_ file"
     data = read_yaml_file(path, what)
+    if files is not None:
+        files.append(str(path))
     bases = data.pop("_base_", None)
     if bases is None:
         return data
@@ -175,5 +176,5 @@ def load_file(path, _stack=()):
         base_path = base if os.path.isabs(base) else os.path.join(os.path.dirname(path), base)
         if not os.path.exists(base_path):
             raise ConfigError(f"{path}: _base_", f"_base_ file not found: {base} (looked at {base_path})")
-        merged = deep_merge(merged, load_file(base_path, (*_stack, real)))
+        merged = deep_merge(merged, load_file(base_path, (*_stack, real), files))
     return deep_merge(merged, data)
