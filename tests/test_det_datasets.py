@@ -83,7 +83,8 @@ def _coco_file(tmp_path, annotations, images=None, categories=None):
 
     img_dir = tmp_path / "imgs"
     img_dir.mkdir(exist_ok=True)
-    Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(img_dir / "a.png")
+    for name in ("a.png", "b.png"):  # one file per image entry: a file under two ids is refused
+        Image.fromarray(np.zeros((40, 50, 3), np.uint8)).save(img_dir / name)
     data = {"images": images or [{"id": 1, "file_name": "a.png", "height": 40, "width": 50}],
             "annotations": annotations, "categories": categories or [{"id": 3, "name": "cat"}, {"id": 7, "name": "dog"}]}
     path = tmp_path / "ann.json"
@@ -96,7 +97,7 @@ def test_coco_category_map_crowd_and_empty_images(tmp_path):
         {"id": 1, "image_id": 1, "category_id": 7, "bbox": [1, 2, 10, 20], "area": 150, "iscrowd": 0},
         {"id": 2, "image_id": 1, "category_id": 3, "bbox": [5, 5, 5, 5], "iscrowd": 1}],
         images=[{"id": 1, "file_name": "a.png", "height": 40, "width": 50},
-                {"id": 2, "file_name": "a.png", "height": 40, "width": 50}])
+                {"id": 2, "file_name": "b.png", "height": 40, "width": 50}])
     ds = DATASETS.build({"type": "coco", "kwargs": {"ann_file": ann, "img_dir": img_dir}})
     t = ds[0]["target"]
     assert ds.cat_ids == [3, 7] and ds.classes == ["cat", "dog"]
@@ -146,7 +147,8 @@ def test_coco_missing_image_empty_and_malformed_files(tmp_path):
 def _custom(tmp_path, lines):
     from PIL import Image
 
-    Image.fromarray(np.full((30, 40, 3), 255, np.uint8)).save(tmp_path / "x.png")
+    for name in ("x.png", "x2.png"):
+        Image.fromarray(np.full((30, 40, 3), 255, np.uint8)).save(tmp_path / name)
     meta = tmp_path / "meta.jsonl"
     meta.write_text("\n".join(lines) + "\n")
     return str(meta)
@@ -155,7 +157,8 @@ def _custom(tmp_path, lines):
 def test_custom_jsonl(tmp_path):
     rec = {"filename": "x.png", "image_height": 30, "image_width": 40, "instances": [
         {"bbox": [1, 2, 11, 12], "label": 2}, {"bbox": [20, 5, 30, 25], "label": 1, "is_ignored": True}]}
-    meta = _custom(tmp_path, [json.dumps(rec), json.dumps(dict(rec, instances=[]))])
+    # a file listed twice with other instances is refused: the second line is another image
+    meta = _custom(tmp_path, [json.dumps(rec), json.dumps(dict(rec, filename="x2.png", instances=[]))])
     ds = CustomDetection(meta_file=meta, image_dir=str(tmp_path), classes=["a", "b"],
                          transforms=[{"type": "keep_ar_resize_max", "kwargs": {"scales": [60], "max_size": 100}}])
     s = ds[0]

@@ -2,13 +2,15 @@
 
 User errors (:class:`~up_trainer.errors.UserError`): one line on stderr, exit 2.
 Interrupts (:class:`~up_trainer.errors.TrainingInterrupted`): their own code, 130 or 143.
-Ctrl-C elsewhere: 130. Anything else is a bug: the traceback, exit 1.
+Ctrl-C elsewhere: 130. Anything else is a bug: the traceback, exit 1. Whatever is printed
+goes through the secret redactor (config/redact.py) first, tracebacks included.
 """
 import functools
 import sys
 
 import click
 
+from .config.redact import install_excepthooks, redact_text
 from .errors import TrainingInterrupted, UserError, shorten
 
 
@@ -27,13 +29,14 @@ def run_safely(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        install_excepthooks()
         try:
             return fn(*args, **kwargs)
-        except UserError as exc:
-            click.echo(f"up: error: {shorten(one_line(str(exc)))}", err=True)
+        except UserError as exc:  # redacted before it is cut: a cut could split a secret
+            click.echo(f"up: error: {shorten(one_line(redact_text(str(exc))))}", err=True)
             sys.exit(exc.exit_code)
         except TrainingInterrupted as exc:
-            click.echo(f"up: {exc}", err=True)
+            click.echo(f"up: {redact_text(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("up: interrupted", err=True)

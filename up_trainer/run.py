@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from .config.redact import redact, redact_argv
+from .config.redact import RedactingFilter, redact, redact_argv
 from .errors import CheckpointError, ConfigError
 
 log = logging.getLogger("up")
@@ -55,7 +55,7 @@ def check_writable(path, what):
 
 
 def setup_logging(run_dir, is_main=True):
-    """Console on stdout (rank 0); a train.log file in the run dir too."""
+    """Console on stdout (rank 0); a train.log file in the run dir too. Both redact secrets."""
     logger = logging.getLogger("up")
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -66,11 +66,13 @@ def setup_logging(run_dir, is_main=True):
     if is_main:
         console = logging.StreamHandler(sys.stdout)
         console.setFormatter(fmt)
+        console.addFilter(RedactingFilter())
         logger.addHandler(console)
         if run_dir:
             os.makedirs(run_dir, exist_ok=True)
             fh = RunLogFile(os.path.join(run_dir, "train.log"))
             fh.setFormatter(fmt)
+            fh.addFilter(RedactingFilter())
             logger.addHandler(fh)
     else:
         logger.addHandler(logging.NullHandler())

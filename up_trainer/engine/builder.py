@@ -4,8 +4,10 @@ import os
 
 import torch
 
+from ..config.redact import remember_secrets
 from ..data.model_input import set_normalize_on
 from ..data.readers import set_max_image_pixels
+from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
@@ -112,6 +114,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     from .trainer import Trainer
 
     rt = cfg["runtime"]
+    remember_secrets(cfg)  # every rank: its log lines and errors redact them from here on
     import_user_modules(rt["imports"])
     set_max_image_pixels(rt["max_image_pixels"])
     if rt["num_threads"]:
@@ -136,6 +139,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     up_eval = []
     set_normalize_on(ds["normalize_on"])  # datasets built from here on (reload hooks' included) follow it
     train_set = build_dataset(ds["train"], "dataset.train", up_eval)
+    if with_optim and train_set is not None:
+        require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
     test_set = build_dataset(ds["test"], "dataset.test", up_eval)
     evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None
     # before any loader: forked workers inherit the cache and share its one arena

@@ -21,9 +21,9 @@ import os
 
 import torch
 
-from ..errors import ConfigError, UserError
+from ..errors import ConfigError
 from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
-from .verify import detections_error, onnx_runner, tensors_error
+from .verify import ExportMismatch, detections_error, onnx_runner, tensors_error
 
 log = logging.getLogger("up")
 FORMATS = ("onnx", "torchscript")
@@ -31,12 +31,6 @@ SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 DEFAULT_TOLERANCE = 1e-4
 VERIFY_BATCHES = (1, 3)
 TRACE_BATCH = 2
-
-
-class ExportMismatch(UserError):
-    """The exported model disagrees with PyTorch beyond the tolerance."""
-
-    exit_code = 1
 
 
 def _weights_kind(checkpoint, use_ema):
@@ -141,7 +135,7 @@ def _export_tensors(graph, output_names, size, fmt, out, opset):
     error = 0.0
     for i, batch in enumerate(VERIFY_BATCHES):
         x = _inputs(size, batch, seed=1 + i)
-        error = max(error, tensors_error(run(x), list(graph(x))))
+        error = max(error, tensors_error(run(x), list(graph(x)), output_names, batch))
     return {"input": {"name": "image", "shape": ["batch", *size]},
             "outputs": output_names, "max_error": error}
 
@@ -192,7 +186,7 @@ def _export_scripted(model, size, out):
         for i, batch in enumerate(VERIFY_BATCHES):
             images = list(_inputs(size, batch, seed=1 + i))
             images[-1] = images[-1][:, : size[1] * 3 // 4]  # images of different sizes in one list
-            error = max(error, detections_error(loaded(images), model({"image": images})["detections"]))
+            error = max(error, detections_error(loaded(images), model({"image": images})["detections"], batch))
     return {"task": "det", "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
             "outputs": "one {boxes (xyxy, input pixels), scores, labels (1..C)} per image",
             "post_processing": "included", "max_error": error}

@@ -4,10 +4,39 @@ Error of one output element: |exported - pytorch| / (1 + |pytorch|): absolute fo
 below 1 (scores, logits near 0), relative above (box coordinates in pixels). The export
 passes when the largest error over every output and every input is <= the tolerance.
 Detections must also agree in count and labels; a count that differs is an infinite error.
+
+A NaN or infinite value in any output, of the PyTorch model or of the exported file, fails
+the verification outright (NaN compares as neither larger nor smaller than anything, so a
+largest-error search would pass over it): :class:`ExportMismatch` names the output, the batch
+size and how many values on each side are not finite.
 """
 import math
 
 import torch
+
+from ..errors import UserError
+
+
+class ExportMismatch(UserError):
+    """The exported model disagrees with PyTorch beyond the tolerance, or either gives NaN/inf."""
+
+    exit_code = 1
+
+
+def _non_finite(value):
+    value = torch.as_tensor(value)
+    return int((~torch.isfinite(value)).sum()) if value.is_floating_point() else 0
+
+
+def require_finite(got, want, name, batch):
+    """Raise ExportMismatch when ``got`` (exported) or ``want`` (PyTorch) holds NaN or inf."""
+    bad_got, bad_want = _non_finite(got), _non_finite(want)
+    if bad_got or bad_want:
+        where = [f"{n} of {torch.as_tensor(t).numel()} in {side}" for n, t, side in
+                 ((bad_want, want, "the PyTorch model"), (bad_got, got, "the exported file")) if n]
+        why = "check the checkpoint's weights" if bad_want else "the export changed the computation"
+        raise ExportMismatch(f"export verification failed: output {name!r} at batch size {batch} has non-finite "
+                             f"values (NaN or inf): {', '.join(where)}; {why}")
 
 
 def max_error(got, want):
@@ -16,19 +45,29 @@ def max_error(got, want):
         return math.inf
     if got.numel() == 0:
         return 0.0
-    return float(((got - want).abs() / (1.0 + want.abs())).max())
+    error = float(((got - want).abs() / (1.0 + want.abs())).max())
+    return error if math.isfinite(error) else math.inf
 
 
-def tensors_error(got, want):
-    return max((max_error(g, w) for g, w in zip(got, want)), default=0.0) if len(got) == len(want) else math.inf
+def tensors_error(got, want, names=None, batch=None):
+    """Largest error over lists of output tensors named ``names`` (ExportMismatch on NaN/inf)."""
+    if len(got) != len(want):
+        return math.inf
+    names = names or [f"#{i}" for i in range(len(want))]
+    for g, w, name in zip(got, want, names):
+        require_finite(g, w, name, batch)
+    return max((max_error(g, w) for g, w in zip(got, want)), default=0.0)
 
 
-def detections_error(got, want):
-    """Two lists of {boxes, scores, labels}: max error of boxes and scores, inf if labels differ."""
+def detections_error(got, want, batch=None):
+    """Two lists of {boxes, scores, labels}: max error of boxes and scores, inf if labels differ
+    (ExportMismatch on NaN/inf)."""
     if len(got) != len(want):
         return math.inf
     worst = 0.0
-    for g, w in zip(got, want):
+    for i, (g, w) in enumerate(zip(got, want)):
+        for key in ("boxes", "scores"):
+            require_finite(g[key], w[key], f"detections[{i}].{key}", batch)
         if g["labels"].shape != w["labels"].shape or not torch.equal(g["labels"].cpu(), w["labels"].cpu()):
             return math.inf
         worst = max(worst, max_error(g["boxes"], w["boxes"]), max_error(g["scores"], w["scores"]))

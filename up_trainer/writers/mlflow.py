@@ -11,6 +11,10 @@ and evaluation) and at ``close()``. A resumed run (start_iter > 0) continues the
 whose id is kept in ``<logdir>/mlflow_run_id``; MLflow's metric history is append-only, so
 steps the killed run logged after its checkpoint appear twice there (metrics.csv has them
 once). mlflow-skinny is an optional dependency: ``pip install up-trainer[mlflow]``.
+
+A tracking store that cannot be reached or refuses the run stops it at start, in one line
+(exit 2) naming ``tracking_uri`` with its credentials redacted: an http(s) server gets one
+request first (``PROBE_TIMEOUT_S``), so a dead one is not waited on through MLflow's retries.
 """
 import logging
 import os
@@ -18,12 +22,16 @@ import re
 import time
 from typing import Optional
 
+from ..config.redact import redact_text
+from ..errors import ConfigError
 from ..registry import WRITERS
 
 log = logging.getLogger("up")
 RUN_ID_FILE = "mlflow_run_id"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on one param value (longer values are cut, marked ...)
 _BAD_KEY_CHARS = re.compile(r"[^\w\-. /]")  # MLflow keys: alphanumerics, _ - . space /
+PROBE_TIMEOUT_S = 10.0
+URI_PATH = "train_val_logger.writer_kwargs.tracking_uri"
 
 
 def metric_key(tag):
@@ -45,6 +53,27 @@ def flatten(cfg, prefix=""):
     return out
 
 
+def probe_server(tracking_uri):
+    """One GET to an http(s) tracking server: any answer will do; none is a ConfigError."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import requests
+
+    parts = urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    netloc = parts.netloc.rpartition("@")[2]  # credentials stay out of the probe
+    try:
+        requests.get(urlunsplit((parts.scheme, netloc, parts.path or "/", "", "")), timeout=PROBE_TIMEOUT_S,
+                     allow_redirects=False).close()
+    except requests.RequestException as exc:
+        errno = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
+        why = errno.group(0).strip() if errno else ("no answer in %g s" % PROBE_TIMEOUT_S
+                                                    if isinstance(exc, requests.Timeout) else type(exc).__name__)
+        raise ConfigError(URI_PATH, f"cannot reach the MLflow tracking server {redact_text(tracking_uri)} ({why})",
+                          "start the server, fix the URL, or log locally: leave tracking_uri unset") from None
+
+
 @WRITERS.register("mlflow")
 class MlflowWriter:
     """Scalars, params (the redacted config) and artifacts into MLflow (local ``mlruns`` by default)."""
@@ -60,18 +89,26 @@ class MlflowWriter:
         if tracking_uri.startswith("file:") or "://" not in tracking_uri:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        found = self.client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
-        self.run_id = self._resumed_run(start_iter)
-        if self.run_id is None:
-            name = run_name or os.path.basename(os.path.dirname(os.path.abspath(logdir))) or None
-            self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
-            with open(os.path.join(logdir, RUN_ID_FILE), "w", encoding="utf-8") as f:
-                f.write(self.run_id)
+        probe_server(tracking_uri)
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client = MlflowClient(tracking_uri=tracking_uri)
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+            self.run_id = self._resumed_run(start_iter)
+            if self.run_id is None:
+                name = run_name or os.path.basename(os.path.dirname(os.path.abspath(logdir))) or None
+                self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
+        except MlflowException as exc:  # the store is there but refuses (auth, bad path, old server)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(URI_PATH, f"the MLflow tracking store {redact_text(tracking_uri)} failed: "
+                              f"{redact_text(first)[:300]}") from None
+        with open(os.path.join(logdir, RUN_ID_FILE), "w", encoding="utf-8") as f:
+            f.write(self.run_id)
         self._pending = []
         self._closed = False
-        log.info("mlflow: run %s in %s", self.run_id, tracking_uri)
+        log.info("mlflow: run %s in %s", self.run_id, redact_text(tracking_uri))
 
     def _resumed_run(self, start_iter):
         path = os.path.join(self.logdir, RUN_ID_FILE)

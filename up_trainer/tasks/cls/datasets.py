@@ -9,7 +9,6 @@ the file (and the line of a meta file). Transforms draw from torch's global RNG,
 loader seeds per sample, so augmentation is reproducible across workers and resumes.
 """
 import functools
-import json
 import logging
 import os
 from typing import Optional
@@ -21,6 +20,7 @@ from torch.utils.data import Dataset, default_collate
 
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
+from ...data.validation.cls_meta import check_one_label_per_image, parse_json_line, parse_text_line
 from ...errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger("up")
@@ -222,37 +222,6 @@ class ImageFolderDataset(ClsDatasetBase):
 
 
 # -- UP's cls meta files --------------------------------------------------------------------------
-def _parse_label(value, where):
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise DataError(f"{where}: label must be an integer class index, got {value!r}")
-    try:
-        label = int(value)
-    except ValueError:
-        raise DataError(f"{where}: label {value!r} is not an integer") from None
-    if label < 0:
-        raise DataError(f"{where}: label {label} is negative")
-    return label
-
-
-def _parse_json_line(line, where):
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(rec, dict) or "filename" not in rec or "label" not in rec:
-        raise DataError(f"{where}: expected a JSON object with 'filename' and 'label'")
-    if not isinstance(rec["filename"], str):
-        raise DataError(f"{where}: 'filename' must be a string")
-    return rec["filename"], _parse_label(rec["label"], where)
-
-
-def _parse_text_line(line, where):
-    parts = line.rsplit(None, 1)  # split from the right: file names may contain spaces
-    if len(parts) != 2:
-        raise DataError(f"{where}: expected 'relative/path label', got {line!r}")
-    return parts[0], _parse_label(parts[1], where)
-
-
 @DATASETS.register("cls")
 class ClsMetaDataset(ClsDatasetBase):
     """UP's ``cls`` dataset: a meta file of ``relative/path label`` lines (meta_type imagenet)
@@ -292,6 +261,7 @@ class ClsMetaDataset(ClsDatasetBase):
         self.meta_file = meta_file
         self.image_dir, self.color_mode = self.reader.image_dir, self.reader.color_mode
         self.records = self._parse(meta_file, meta_type)  # (path, label, line number)
+        check_one_label_per_image(self.records, meta_file)
         if check_files:
             for path, _, lineno in self.records:
                 if not os.path.isfile(path):
@@ -317,7 +287,7 @@ class ClsMetaDataset(ClsDatasetBase):
             is_json = meta_file.lower().endswith((".json", ".jsonl")) or numbered[0][1].startswith("{")
         else:
             is_json = meta_type == "custom_cls"
-        parse = _parse_json_line if is_json else _parse_text_line
+        parse = parse_json_line if is_json else parse_text_line
         records = []
         for lineno, line in numbered:
             filename, label = parse(line, f"{meta_file}:{lineno}")
@@ -372,6 +342,13 @@ class ClsMetaDataset(ClsDatasetBase):
 
     def __len__(self):
         return len(self.records)
+
+    def training_problem(self):
+        """Unlabeled images (inference_only, inference_cfg) cannot train: see data/validation."""
+        if any(label is None for _, label, _ in self.records):
+            return (f"{self.meta_file}: images without labels (an inference_only list): training needs a label "
+                    "per image")
+        return None
 
     def image_classes(self):
         """Each record's class (repeat-factor sampling); none for an unlabeled image."""

@@ -15,12 +15,14 @@ import logging
 import os
 from typing import Optional
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
+from ...data.validation.coco import coco_records
+from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
+from ...data.validation.up_jsonl import up_jsonl_records
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
 from ..transforms import build_transforms
@@ -31,7 +33,6 @@ __all__ = ["DetDataset", "CocoDetection", "CustomDetection", "DetCollate", "appl
 
 log = logging.getLogger("up")
 BAD_RECORD_CHOICES = ("error", "skip")
-EDGE_TOLERANCE = 1.0  # pixels a box may stick out of its image (COCO rounding) before it is bad
 
 
 def load_rgb(path, where, exif_transpose=True):
@@ -100,15 +101,22 @@ class DetDataset(FinalConversion, Dataset):
 
     def check_box(self, box, width, height, where):
         """Clip a box sticking out by rounding only; None (after self.bad) when unusable."""
-        x1, y1, x2, y2 = box
-        if not all(np.isfinite(box)) or x2 <= x1 or y2 <= y1:
-            self.bad(f"{where}: box {list(box)} has non-positive size")
-            return None
-        tol = EDGE_TOLERANCE
-        if x1 < -tol or y1 < -tol or x2 > width + tol or y2 > height + tol:
-            self.bad(f"{where}: box {list(box)} lies outside the {width}x{height} image")
-            return None
-        return [max(x1, 0.0), max(y1, 0.0), min(x2, float(width)), min(y2, float(height))]
+        problem = box_problem(box, width, height)
+        if problem:
+            return self.bad(f"{where}: {problem}")
+        return clipped(box, width, height)
+
+    def training_problem(self):
+        """Why these records cannot train a detector (None when they can): see data/validation."""
+        if not getattr(self, "has_annotations", True):
+            return (f"{self.ann_file} has no 'annotations' key: images only, data to predict or evaluate on; "
+                    "training needs annotated images")
+        # generated scenes (digits_det) draw their boxes per sample: their records hold none to judge
+        if all("boxes" in r for r in self.records) and not any(r["boxes"] for r in self.records):
+            name = getattr(self, "ann_file", None) or getattr(self, "meta_file", None) or getattr(self, "where", "")
+            return (f"{name}: no object to train on ({len(self.records)} image(s), not one box that is not an "
+                    "ignore region)")
+        return None
 
     # -- transforms ------------------------------------------------------------------------
     def set_transforms(self, transforms, path="transforms"):
@@ -212,25 +220,6 @@ def read_json(path, what):
     return data
 
 
-def check_categories(categories, ann_file):
-    """COCO ``categories``: mappings with a unique integer ``id`` (a hand-made file may hold
-    anything; the ids become the label map, so a bad one is an error, never skipped)."""
-    seen = set()
-    for k, cat in enumerate(categories):
-        where = f"{ann_file}: categories[{k}]"
-        if not isinstance(cat, dict):
-            raise DataError(f"{where}: expected a mapping {{id, name}}, got {type(cat).__name__} {str(cat)[:40]}")
-        if "id" not in cat:
-            raise DataError(f"{where}: missing 'id' (keys: {', '.join(map(str, cat)) or 'none'})")
-        cid = cat["id"]
-        if isinstance(cid, bool) or not isinstance(cid, int):
-            raise DataError(f"{where}: 'id' must be an integer, got {type(cid).__name__} {str(cid)[:40]!r}")
-        if cid in seen:
-            raise DataError(f"{where}: duplicate category id {cid}")
-        seen.add(cid)
-    return categories
-
-
 @DATASETS.register("coco")
 class CocoDetection(DetDataset):
     """COCO instances JSON + image directory. Category ids map to contiguous labels 1..C (sorted
@@ -247,63 +236,15 @@ class CocoDetection(DetDataset):
         self.reader = reader_of(image_reader, img_dir, exif_transpose)
         self.source = source  # UP: the data source's name; recorded only
         data = read_json(ann_file, "coco ann_file")
-        if not isinstance(data, dict) or not data.get("images") or not isinstance(data.get("categories"), list) \
-                or not data["categories"]:
-            raise DataError(f"{ann_file}: not a COCO instances file or empty (needs non-empty 'images' and "
-                            "'categories' lists)")
-        cats = sorted(check_categories(data["categories"], ann_file), key=lambda c: c["id"])
-        super().__init__(transforms, on_bad_record, [str(c.get("name", c["id"])) for c in cats],
-                         [int(c["id"]) for c in cats])
-        label_of = {cid: i + 1 for i, cid in enumerate(self.cat_ids)}
+        super().__init__(transforms, on_bad_record, [])
+        coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
+        self.set_classes(coco.class_names, coco.cat_ids)
         self.ann_file, self.img_dir = ann_file, self.reader.image_dir
-        images, missing = {}, set()
-        for k, img in enumerate(data["images"]):
-            try:
-                rec = {"image_id": int(img["id"]), "file": self.reader.path_of(img["file_name"]),
-                       "height": int(img["height"]), "width": int(img["width"]),
-                       "boxes": [], "labels": [], "area": [], "ignore": [],
-                       "source": f"{ann_file}: image id {img['id']} ({img['file_name']})"}
-            except (KeyError, TypeError, ValueError) as exc:
-                self.bad(f"{ann_file}: images[{k}]: malformed record ({exc!r})")
-                continue
-            if not os.path.isfile(rec["file"]):
-                self.bad(f"{rec['source']}: image file not found: {rec['file']}")
-                missing.add(rec["image_id"])
-                continue
-            images[rec["image_id"]] = rec
-        bad_images = set()
-        for k, ann in enumerate(data.get("annotations") or []):
-            where = f"{ann_file}: annotations[{k}] (id {ann.get('id') if isinstance(ann, dict) else '?'})"
-            try:
-                image_id, cat, (x, y, bw, bh) = int(ann["image_id"]), int(ann["category_id"]), ann["bbox"]
-                box = [float(x), float(y), float(x) + float(bw), float(y) + float(bh)]
-            except (KeyError, TypeError, ValueError) as exc:
-                self.bad(f"{where}: malformed annotation ({exc!r})")
-                if isinstance(ann, dict) and "image_id" in ann:
-                    bad_images.add(ann["image_id"])
-                continue
-            rec = images.get(image_id)
-            if rec is None:
-                if image_id not in missing:  # annotations of an already skipped image: no new error
-                    self.bad(f"{where}: unknown image_id {image_id}")
-                continue
-            if cat not in label_of:
-                self.bad(f"{where}: unknown category_id {cat}")
-                bad_images.add(image_id)
-                continue
-            box = self.check_box(box, rec["width"], rec["height"], where)
-            if box is None:
-                bad_images.add(image_id)
-                continue
-            if ann.get("iscrowd", 0) or ann.get("ignore", 0):
-                rec["ignore"].append(box)
-            else:
-                rec["boxes"].append(box)
-                rec["labels"].append(label_of[cat])
-                rec["area"].append(float(ann.get("area") or (box[2] - box[0]) * (box[3] - box[1])))
-        # A skipped annotation drops its whole image: training on half-labelled images would
-        # teach the detector that the dropped objects are background.
-        self.records = [r for i, r in images.items() if i not in bad_images]
+        self.has_annotations = coco.has_annotations
+        if not coco.has_annotations:
+            log.warning("%s: no 'annotations' key: images only (no ground truth to train or score against)",
+                        ann_file)
+        self.records = coco.records
         if skip_empty:
             self.records = [r for r in self.records if r["boxes"]]
         self.report_skipped(ann_file)
@@ -331,13 +272,9 @@ class CustomDetection(DetDataset):
             raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
         limit = len(classes) if classes is not None else num_classes
         super().__init__(transforms, on_bad_record, classes or [])
-        records = []
+        self.meta_file = meta_file
         with open(meta_file, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    rec = self._parse(line, f"{meta_file}:{lineno}", image_dir, limit, len(records))
-                    if rec is not None:
-                        records.append(rec)
+            records = up_jsonl_records(f, meta_file, image_dir, limit, self.bad)  # keys, boxes, labels: checked there
         if skip_empty:
             records = [r for r in records if r["boxes"]]
         self.report_skipped(meta_file)
@@ -347,39 +284,6 @@ class CustomDetection(DetDataset):
             n = num_classes or max((max(r["labels"], default=0) for r in records), default=0) or 1
             self.set_classes([str(i) for i in range(1, n + 1)])
         self.records = records
-
-    def _parse(self, line, where, image_dir, limit, image_id):
-        try:
-            meta = json.loads(line)
-            filename = meta["filename"]
-            h, w = int(meta["image_height"]), int(meta["image_width"])
-            instances = meta.get("instances") or []
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            return self.bad(f"{where}: malformed record ({exc!r})")
-        rec = {"image_id": image_id, "file": os.path.join(image_dir, filename), "height": h, "width": w,
-               "boxes": [], "labels": [], "ignore": [], "source": f"{where} ({filename})"}
-        if not os.path.isfile(rec["file"]):
-            return self.bad(f"{rec['source']}: image file not found: {rec['file']}")
-        for j, inst in enumerate(instances):
-            iwhere = f"{where}: instances[{j}]"
-            try:
-                box = [float(v) for v in inst["bbox"]]
-                label = int(inst.get("label", -1))
-                if len(box) != 4:
-                    raise ValueError(f"bbox has {len(box)} numbers")
-            except (KeyError, TypeError, ValueError) as exc:
-                return self.bad(f"{iwhere}: malformed instance ({exc!r})")
-            box = self.check_box(box, w, h, iwhere)
-            if box is None:
-                return None
-            if inst.get("is_ignored", False):
-                rec["ignore"].append(box)
-                continue
-            if label < 1 or (limit is not None and label > limit):
-                return self.bad(f"{iwhere}: unknown label {label} (labels are 1..{limit or 'C'})")
-            rec["boxes"].append(box)
-            rec["labels"].append(label)
-        return rec
 
     def _image(self, record):
         return self.reader.read(record["file"], record["source"])
