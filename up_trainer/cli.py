@@ -136,7 +136,7 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, out, input_size, toleran
 
 @main.group("data")
 def data_group():
-    """Write built-in data sets to disk, convert a detection set between formats."""
+    """Write built-in data sets to disk, convert a detection set between formats, check one."""
 
 
 @data_group.command("digits-det")
@@ -175,6 +175,34 @@ def data_convert(src_fmt, dst_fmt, input_path, images, splits, classes, out_dir,
     names = [c.strip() for c in classes.split(",")] if classes else None
     for line in convert(src_fmt, dst_fmt, input_path, out_dir, images, splits, names, copy):
         click.echo(line)
+
+
+@data_group.command("check", context_settings=_ARGS)
+@click.option("--config", "config_path", default=None, metavar="CFG", help="check this config's train and test sets")
+@click.option("--opts", "opts", multiple=True, metavar="KEY=VALUE", help="config overrides, as for up train")
+@click.option("--from", "src_fmt", type=click.Choice(["voc", "yolo", "labelme", "cvat", "coco"]), default=None,
+              help="or: the format of --input")
+@click.option("--input", "input_path", default=None, metavar="PATH", help="as for up data convert")
+@click.option("--images", default=None, metavar="DIR", help="image folder (cvat, coco)")
+@click.option("--split", "splits", multiple=True, help="split name(s), as for up data convert")
+@click.option("--out", "out_dir", default="data_check", show_default=True, help="report.json and PNGs go here")
+@click.option("--decode", is_flag=True, help="decode every image (finds truncated or unreadable files)")
+@click.option("--strict", is_flag=True, help="exit 2, one line per error found")
+@click.option("--seed", type=int, default=0, show_default=True, help="which train images the contact sheet shows")
+@click.pass_context
+@run_safely
+def data_check(ctx, config_path, opts, src_fmt, input_path, images, splits, out_dir, decode, strict, seed):
+    """Health report of a detection set: counts, box sizes, problems; PNGs + JSON under --out."""
+    from .tasks.data_check import run_check
+
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args)) if config_path else None
+    lines, errors = run_check(cfg, src_fmt, input_path, images, splits, out_dir, decode, seed)
+    for line in lines:
+        click.echo(line)
+    if strict and errors:
+        for e in errors:
+            click.echo(f"up: error: [{e['split']}] {e['check']}: {e['message']}", err=True)
+        ctx.exit(2)
 
 
 @main.command("config", context_settings=_ARGS)
