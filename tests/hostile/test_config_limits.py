@@ -43,9 +43,10 @@ def bomb_in_typed_key(tmp_path):
 
 
 CASES = [
-    ("--config /dev/zero", lambda tmp_path: "/dev/zero", "config file /dev/zero is larger than 4 MiB"),
+    ("--config /dev/zero", lambda tmp_path: "/dev/zero", "config file /dev/zero is a character device, not a regular file"),
     ("_base_: /dev/zero", lambda tmp_path: write_text(tmp_path, "_base_: [base.yaml, /dev/zero]\n"),
-     "_base_ file /dev/zero is larger than 4 MiB"),
+     "_base_ file /dev/zero is a character device, not a regular file"),
+    ("5 MiB config file", with_text(lambda tmp_path: "#" * (5 * 2**20) + "\n"), "is larger than 4 MiB"),
     ("alias bomb", with_text(lambda tmp_path: f"net: {{kwargs: {{x: {alias_bomb()}}}}}\n"),
      "expands to more than 200000 values"),
     ("nesting 500 deep", with_text(lambda tmp_path: "net: " + "[" * 500 + "]" * 500 + "\n"),

@@ -10,12 +10,13 @@ _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list
 
 
 class Field:
-    def __init__(self, types, default=REQUIRED, doc="", choices=None, minimum=None, alias_of=None):
+    def __init__(self, types, default=REQUIRED, doc="", choices=None, minimum=None, alias_of=None, maximum=None):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
         self.doc = doc
         self.choices = choices
         self.minimum = minimum
+        self.maximum = maximum
         self.alias_of = alias_of  # UP spelling of another key
 
     def type_names(self):
@@ -32,14 +33,18 @@ class Field:
                               did_you_mean(value, self.choices))
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             raise ConfigError(path, f"must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and isinstance(value, (int, float)) and value > self.maximum:
+            raise ConfigError(path, f"must be <= {self.maximum}, got {short_repr(value)}")
 
 
 OPT_STR = (str, type(None))
+SEED_MIN, SEED_MAX = -2**63, 2**63 - 1  # torch.manual_seed's range, with room for seed + rank
 
 SCHEMAS = {
     "runtime": {
-        "seed": Field(int, 0, "random seed for torch, numpy and python (also seeds data order)"),
-        "random_seed": Field(int, None, "UP's name for seed", alias_of="seed"),
+        "seed": Field(int, 0, "random seed for torch, numpy and python (also seeds data order); a signed 64-bit "
+                              "integer", minimum=SEED_MIN, maximum=SEED_MAX),
+        "random_seed": Field(int, None, "UP's name for seed", alias_of="seed", minimum=SEED_MIN, maximum=SEED_MAX),
         "device": Field(str, "auto", "auto (cuda when available), cpu or cuda", choices=["auto", "cpu", "cuda"]),
         "fp16": Field(bool, False, "UP switch: float16 autocast + GradScaler (same as amp.enable with dtype float16)"),
         "amp": Field(dict, {}, "{enable: bool, dtype: float16|bfloat16, force: bool}"),

@@ -123,8 +123,10 @@ class LongTailAccuracy(TopKAccuracy):
         """Read ``cls_freq`` (called when the run starts, so a bad file stops it before training)."""
         from ...errors import DataError
 
+        from ...paths import open_input  # the one opener of user-named files: a regular file or one line
+
         try:
-            with open(self.cls_freq_file, encoding="utf-8") as f:
+            with open_input(self.cls_freq_file, "cls_freq file", DataError, text=True) as f:
                 freq = json.load(f)
         except (OSError, ValueError) as exc:
             raise DataError(f"cls_freq {self.cls_freq_file}: cannot read a JSON list of class counts ({exc})") from None

@@ -95,6 +95,9 @@ def image_target(out, split, rec, taken):
 
 def check_out(out, inputs, planned):
     """Refuse an output in or around an input, and any file that exists already."""
+    from ...paths import guard_output_dir
+
+    guard_output_dir(out, "--out", writes=())  # the one output guard: a directory we may write
     real_out = os.path.realpath(out)
     for path in inputs:
         real = os.path.realpath(path)
