@@ -6,6 +6,7 @@ import os
 
 import click
 
+from .click_errors import OneLineErrorGroup
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 
 
@@ -28,14 +29,16 @@ def _collect_opts(opts, extra):
     return out
 
 
-def _resolve(config_path, opts, seed=None):
+def _resolve(config_path, opts, seed=None, files=None):
+    """The resolved config; ``files`` (a list) receives the config files read, which no
+    output of the command may overwrite."""
     from .config import resolve_config
 
     extra = [f"runtime.seed={seed}"] if seed is not None else []
-    return resolve_config(config_path, list(opts) + extra)
+    return resolve_config(config_path, list(opts) + extra, files=files)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="up-trainer", prog_name="up")
 def main():
     """up: YAML-driven training for image classification and object detection."""
@@ -56,7 +59,8 @@ _ARGS = dict(ignore_unknown_options=False, allow_extra_args=True)
 @click.option("--nm", type=click.IntRange(min=1), default=1, show_default=True, help="nodes")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="rendezvous port (default: a free one)")
 @click.option("--display", type=click.IntRange(min=1), default=None, help="log every N iterations (overrides freq)")
-@click.option("--seed", type=int, default=None, help="overrides runtime.seed")
+@click.option("--seed", type=click.IntRange(-2**63, 2**63 - 1), default=None,
+              help="overrides runtime.seed (a signed 64-bit integer)")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="overrides runtime.device")
 @click.option("--dry-run", is_flag=True, help="build everything, run 2 training iterations and 2 evaluation "
                                                "batches, write nothing but the log")
@@ -67,9 +71,11 @@ def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, po
     from .run import run_train
 
     opts = _collect_opts(opts, ctx.args)
-    cfg = _resolve(config_path, opts, seed)
+    config_files = []
+    cfg = _resolve(config_path, opts, seed, config_files)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
-              launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run)
+              launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run,
+              config_files=config_files)
 
 
 @main.command("eval", context_settings=_ARGS)
@@ -84,8 +90,9 @@ def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
     """Evaluate a checkpoint: metrics printed and written as JSON to results_dir."""
     from .run import run_eval
 
-    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
-    run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device)
+    config_files = []
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
+    run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device, config_files=config_files)
 
 
 @main.command("predict", context_settings=_ARGS)
@@ -103,9 +110,11 @@ def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_t
     from .predict import predict
     from .run import setup_logging
 
-    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    config_files = []
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)
-    predict(cfg, checkpoint, input_path, out_dir, score_thr=score_thr, device=device, use_ema=not no_ema)
+    predict(cfg, checkpoint, input_path, out_dir, score_thr=score_thr, device=device, use_ema=not no_ema,
+            config_files=config_files)
 
 
 @main.command("export", context_settings=_ARGS)
@@ -126,10 +135,11 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, out, input_size, toleran
     from .export import export_model
     from .run import setup_logging
 
-    cfg = _resolve(config_path, _collect_opts(opts, ctx.args))
+    config_files = []
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)
     record = export_model(cfg, checkpoint, fmt, out, input_size=input_size, use_ema=not no_ema,
-                          tolerance=tolerance, opset=opset)
+                          tolerance=tolerance, opset=opset, config_files=config_files)
     click.echo(f"{record['file']}: {record['weights']} weights, max error {record['max_error']:.3g} "
                f"<= {record['tolerance']:g}")
 
@@ -143,12 +153,18 @@ def data_group():
 @click.option("--out", "out_dir", required=True, help="output directory (images/, annotations/)")
 @click.option("--num-images", type=click.IntRange(min=1), default=1000, show_default=True, help="train scenes")
 @click.option("--num-val-images", type=click.IntRange(min=0), default=None, help="val scenes (default: a quarter)")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--canvas-size", type=click.IntRange(min=8), default=64, show_default=True)
 @run_safely
 def data_digits_det(out_dir, num_images, num_val_images, seed, canvas_size):
     """digits_det scenes as a COCO data set (PNG files + instances JSON per split)."""
+    from .paths import guard_output_dir
     from .tasks.det.export import export_digits_coco
+
+    for sub in ("images/train", "images/val"):  # each folder written, the levels above it too
+        guard_output_dir(os.path.join(out_dir, sub), "--out", writes=())
+    guard_output_dir(os.path.join(out_dir, "annotations"), "--out",
+                     writes=("instances_train.json", "instances_val.json"))
 
     for split, (ann, img_dir) in export_digits_coco(out_dir, num_images, num_val_images, seed,
                                                     canvas_size=canvas_size).items():
@@ -279,8 +295,10 @@ def flops_cmd(ctx, config_path, opts, input_size):
 @run_safely
 def plot_cmd(run_dir, out):
     """Training curves (loss, LR, grad norm, metrics) from RUN_DIR/metrics.csv to PNG."""
+    from .paths import guard_output_file
     from .plot import plot_run
 
+    guard_output_file(out or os.path.join(run_dir, "results.png"), "--out")
     click.echo(plot_run(run_dir, out))
 
 

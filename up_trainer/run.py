@@ -4,12 +4,14 @@ import json
 import logging
 import os
 import platform
+import shlex
 import sys
 
 import yaml
 
 from .config.redact import RedactingFilter, redact, redact_argv
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, printable
+from .paths import check_writable, guard_output_dir  # noqa: F401  (check_writable: imported from here before)
 
 log = logging.getLogger("up")
 
@@ -26,32 +28,6 @@ class RunLogFile(logging.FileHandler):
             error = sys.exc_info()[1]
             print(f"up: cannot append to {self.baseFilename} ({getattr(error, 'strerror', None) or error}); "
                   "logging to the console only", flush=True)
-
-
-def check_writable(path, what):
-    """Fail at start, in one line, when ``path`` (or the folder that would hold it) cannot take a
-    file: read-only, not ours, or a full disk. Nothing is created that was not there."""
-    probe_dir = os.path.abspath(path)
-    while not os.path.isdir(probe_dir):
-        if os.path.exists(probe_dir):
-            raise ConfigError(what, f"{path} is not a directory")
-        parent = os.path.dirname(probe_dir)
-        if parent == probe_dir:
-            break
-        probe_dir = parent
-    probe = os.path.join(probe_dir, f".up-write-test.{os.getpid()}")
-    try:
-        with open(probe, "wb") as f:
-            f.write(b"\0" * 4096)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        raise ConfigError(what, f"cannot write in {probe_dir}: {exc.strerror or exc}") from None
-    finally:
-        try:
-            os.unlink(probe)
-        except OSError:
-            pass
 
 
 def setup_logging(run_dir, is_main=True):
@@ -92,14 +68,15 @@ def env_info():
         "torchvision": torchvision.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "platform": platform.platform(),
-        "argv": " ".join(redact_argv(sys.argv)),
+        "argv": shlex.join(redact_argv(sys.argv)),
     }
 
 
 def write_resolved_config(cfg, run_dir):
     """config.yaml in the run dir: the resolved config, loadable again; env info as comments."""
     os.makedirs(run_dir, exist_ok=True)
-    header = "".join(f"# {k}: {v}\n" for k, v in env_info().items())
+    # one comment line each, whatever a value holds (a newline in --work-dir): the file loads back
+    header = "".join(f"# {k}: {printable(v)}\n" for k, v in env_info().items())
     path = os.path.join(run_dir, "config.yaml")
     with open(path, "w", encoding="utf-8") as f:
         f.write("# resolved by up train\n" + header)
@@ -111,19 +88,54 @@ def note_in_resolved_config(run_dir, line):
     """Append a decision taken at build time (e.g. the precision) to config.yaml as a comment:
     the file still loads as the config that was asked for, and says what ran."""
     with open(os.path.join(run_dir, "config.yaml"), "a", encoding="utf-8") as f:
-        f.write(f"# {line}\n")
+        f.write(f"# {printable(line)}\n")
+
+
+# Files a run writes in its run dir (besides metrics.csv / .jsonl) and in results_dir by these
+# names: the output guard checks that none is an input and each existing one a regular file.
+RUN_DIR_FILES = ("config.yaml", "train.log", "results.png")
+RESULTS_FILES = ("metrics.json", "results.jsonl", "results.bbox.json")
+
+
+def _output_names(what):
+    """What :func:`guard_output_dir` is told a run writes in the directory ``what`` names."""
+    from .engine.checkpoint import BEST, LATEST, parse_name
+    from .writers.table import CSV_NAME, JSONL_NAME
+
+    if what == "run dir":
+        return (*RUN_DIR_FILES, CSV_NAME, JSONL_NAME)
+    if what == "saver.results_dir":
+        return RESULTS_FILES
+    if what == "saver.save_dir":
+        return lambda name: name in (LATEST, BEST) or parse_name(name) is not None
+    return lambda name: name.startswith("events.out.tfevents.")  # a logger's logdir
+
+
+def guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, inputs, resumed=()):
+    """The output guard (paths.py) on every directory the run writes, before anything is
+    created. ``resumed``: checkpoints the run continues from; in save_dir they are the run's
+    own state, which it replaces on purpose (auto_resume's ckpt_latest.pth)."""
+    from .engine.run_lock import written_dirs
+
+    for what, path in written_dirs(cfg, run_dir, work_dir, evaluate_only):
+        shown = what if what != "run dir" else "--work-dir" if work_dir else "the run directory (the current one)"
+        guarded = inputs if what == "saver.save_dir" else [*inputs, *resumed]
+        guard_output_dir(path, shown, inputs=guarded, writes=_output_names(what))
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
-              port=None, display=None, device=None, dry_run=False):
+              port=None, display=None, device=None, dry_run=False, config_files=None):
+    """``config_files``: the config and its _base_ files (default: ``config_path``), which no
+    output of the run may overwrite."""
     from .engine.distributed_launch import launch_workers
 
     launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
-                                       display=display, device=device, dry_run=dry_run),
+                                       display=display, device=device, dry_run=dry_run,
+                                       config_files=list(config_files or [config_path])),
                    launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
-def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False):
+def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=()):
     from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
     from .engine.run_lock import hold_dirs, written_dirs
@@ -136,9 +148,10 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         setup_logging(run_dir, is_main)
         return _dry_run(cfg, work_dir, device, evaluate_only, resume)
     if is_main:
-        check_writable(run_dir, "--work-dir" if work_dir else "the run directory (the current one)")
-        if not evaluate_only:
-            check_writable(resolve_path(cfg["saver"]["save_dir"], work_dir), "saver.save_dir")
+        saver = cfg["saver"]
+        weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
+        resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
+        guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
     # writing any of them stops at once (engine/run_lock.py).
     locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])

@@ -69,8 +69,11 @@ def _inputs(size, batch, seed):
 
 
 def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=True,
-                 tolerance=DEFAULT_TOLERANCE, opset=17):
-    """Export, verify, write ``out`` and ``out.json``; returns the JSON record."""
+                 tolerance=DEFAULT_TOLERANCE, opset=17, config_files=()):
+    """Export, verify, write ``out`` and ``out.json``; returns the JSON record. Both are
+    checked by the output guard (paths.py) before anything is loaded: neither may be the
+    checkpoint or a config file."""
+    from ..paths import guard_output_file
     from ..predict import load_model
 
     if fmt not in FORMATS:
@@ -84,13 +87,15 @@ def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=Tru
         except ImportError as exc:
             raise ConfigError("--format", f"onnx export needs onnx and onnxruntime ({exc.name} is missing)",
                               "pip install up-trainer[export]") from None
+    out = out or os.path.splitext(checkpoint)[0] + SUFFIX[fmt]
+    for path in (out, out + ".json"):
+        guard_output_file(path, "--out", inputs=[checkpoint, *config_files])
     model = load_model(cfg, checkpoint, "cpu", use_ema)
     if getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos", "up_rcnn"):
         raise ConfigError("--format", f"{model.kind} has no export in this version (torchvision detectors only)",
                           "use the checkpoint with up predict / up eval")
     weights = _weights_kind(checkpoint, use_ema)
     size = _input_size(cfg, model, input_size)
-    out = out or os.path.splitext(checkpoint)[0] + SUFFIX[fmt]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if is_detector(model) and fmt == "onnx" and model.kind not in DENSE_KINDS:
         raise ConfigError("--format", f"onnx export of {model.kind} is not supported (raw heads: "

@@ -271,10 +271,10 @@ class ClsMetaDataset(ClsDatasetBase):
     def _parse(self, meta_file, meta_type):
         if getattr(self, "_listed", None) is not None:  # images found under inference_from
             return [(self.reader.path_of(path), None, i + 1) for i, path in enumerate(self._listed)]
-        if not os.path.isfile(meta_file):
-            raise DataError(f"meta file not found: {meta_file}")
+        from ...paths import open_input  # the one opener of user-named files: a regular file or one line
+
         try:
-            with open(meta_file, encoding="utf-8") as f:
+            with open_input(meta_file, "meta file", DataError, text=True) as f:
                 lines = f.read().splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read meta file {meta_file}: {exc}") from None

@@ -210,10 +210,10 @@ def reader_of(image_reader, img_dir, exif_transpose=None):
 
 
 def read_json(path, what):
-    if not os.path.isfile(path):
-        raise DataError(f"{what}: annotation file not found: {path}")
+    from ...paths import open_input  # the one opener of user-named files: a regular file or one line
+
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, f"{what}: annotation file", DataError, text=True) as f:
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: malformed JSON: {exc}") from None
