@@ -226,13 +226,16 @@ def write_eval_results(trainer, metrics, echo=True):
     log.info("results written to %s", trainer.results_dir)
 
 
-def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None):
-    from .engine.builder import build_trainer
+def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=()):
+    from .engine.builder import build_trainer, resolve_path
     from .engine.checkpoint import load_checkpoint
     from .engine.checkpoint_fit import load_fitting_weights
     from .engine.hooks import HookList
     from .weights import load_weights
 
+    if cfg["saver"]["save_result"] and cfg["saver"]["results_dir"]:  # the only directory eval writes
+        guard_output_dir(resolve_path(cfg["saver"]["results_dir"], work_dir), "saver.results_dir",
+                         inputs=[*config_files, checkpoint], writes=_output_names("saver.results_dir"))
     setup_logging(None)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)
     trainer.hooks = HookList()  # training hooks (EMA swaps, best keeping) must not act on these weights
