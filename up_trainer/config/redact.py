@@ -165,7 +165,10 @@ class RedactingFilter(logging.Filter):
     """On a log handler: the formatted message (and a traceback it carries) redacted."""
 
     def filter(self, record):
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: logging reports it itself, as without this filter
+            return True
         clean = redact_text(message)
         if clean != message:
             record.msg, record.args = clean, None

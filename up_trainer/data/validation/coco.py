@@ -117,9 +117,8 @@ def check_unique_ids(path, images, annotations):
             first = seen.repeat_of(entry[key], k)
             if first is not None:
                 value = entry[key] if key == "id" else repr(entry[key])
-                raise DataError(f"{path}: {section}[{k}].{key} {value} repeats {section}[{first}].{key}"
-                                f"{' (the same image file under two ids)' if key == 'file_name' else ''}; "
-                                f"{section} {key}s must be unique")
+                why = "the same image file under two ids" if key == "file_name" else "ids must be unique"
+                raise DataError(f"{path}: {section}[{k}].{key} {value} repeats {section}[{first}].{key} ({why})")
 
 
 def image_records(images, path, bad, path_of):
