@@ -40,6 +40,7 @@ def _panels(rows):
 
 def plot_run(run_dir, out=None):
     """Draw ``run_dir/metrics.csv``; returns the PNG's path (default ``run_dir/results.png``)."""
+    from .writers.run_files import replacing, writing
     from .writers.table import CSV_NAME, read_rows
 
     path = os.path.join(run_dir, CSV_NAME)
@@ -78,6 +79,8 @@ def plot_run(run_dir, out=None):
     fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
     fig.tight_layout()
     out = out or os.path.join(run_dir, "results.png")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=100)
+    with writing(out):
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with replacing(out) as tmp:  # a failed save (a full disk) leaves the previous plot and no temp file
+        fig.savefig(tmp, dpi=100)
     return out

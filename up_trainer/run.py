@@ -219,10 +219,13 @@ def write_eval_results(trainer, metrics, echo=True):
         log.info("metrics: %s", json.dumps(metrics, sort_keys=True))
     if not trainer.cfg["saver"]["save_result"]:
         return
-    os.makedirs(trainer.results_dir, exist_ok=True)
-    with open(os.path.join(trainer.results_dir, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2, sort_keys=True)
-    trainer.evaluator.write_results(trainer.last_results, os.path.join(trainer.results_dir, "results.jsonl"))
+    from .writers.run_files import replacing, write_text, writing
+
+    with writing(trainer.results_dir):
+        os.makedirs(trainer.results_dir, exist_ok=True)
+    write_text(os.path.join(trainer.results_dir, "metrics.json"), json.dumps(metrics, indent=2, sort_keys=True))
+    with replacing(os.path.join(trainer.results_dir, "results.jsonl")) as tmp:  # no half file on a full disk
+        trainer.evaluator.write_results(trainer.last_results, tmp)
     log.info("results written to %s", trainer.results_dir)
 
 

@@ -191,14 +191,18 @@ def _validated(ckpt, path):
 
 
 def recorded_position(path):
-    """(iteration, epoch) a checkpoint file records, or None when it cannot be read.
+    """(iteration, epoch) a checkpoint file records, or None when its header does not say.
 
     Cheap: the file is memory-mapped and only its pickle (a few KB) is parsed; no tensor data
     is read or checksummed. The full check is :func:`load_checkpoint`, on the file chosen."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # truncated, foreign, not a zip: ranked last, and rejected by the full load
+    except Exception:  # truncated, foreign, not a zip: the full load tells
         return None
+    return _position_of(ckpt)
+
+
+def _position_of(ckpt):
     if not isinstance(ckpt, dict):
         return None
     iteration, epoch = ckpt.get("iter"), ckpt.get("epoch")
@@ -341,29 +345,37 @@ class CheckpointStore:
                 except OSError:
                     pass
 
-    def candidates(self):
-        """Checkpoint files in save_dir, furthest training position first (see
-        :func:`recorded_position`); files whose position cannot be read come last, newest name
-        order among them. File times play no part: a copy (``cp -r``) or a ``touch`` changes
-        them, not what a file holds."""
-        if not os.path.isdir(self.save_dir):
-            return []
-        ranked = []
-        for name in os.listdir(self.save_dir):
-            if name.endswith(".pth") and name.startswith("ckpt_"):
-                p = self.path(name)
-                ranked.append((recorded_position(p) or (-1, -1), name == LATEST, name, p))
-        ranked.sort(reverse=True)  # on a tie the latest pointer, then the name: the same choice every time
-        return [p for *_, p in ranked]
-
     def find_resumable(self):
-        """(path, ckpt) of the checkpoint furthest into training that loads and validates,
-        skipping broken ones with a warning. Only the chosen file (and any broken one before it)
-        is read in full; the others are ranked by their small header."""
+        """(path, ckpt) of the checkpoint in save_dir furthest into training (the iteration,
+        then the epoch it records: :func:`recorded_position`) that loads and validates; broken
+        ones are skipped with a warning. On a tie the latest pointer wins, then the name: the
+        same choice every time. File times play no part: a copy (``cp -r``) or a ``touch``
+        changes them, not what a file holds.
+
+        Files are ranked by their small header; only the chosen one (and any broken one ranked
+        before it) is read in full. A file whose header does not say is loaded in full to rank
+        it (or to say why it is broken)."""
         self.flush()
-        for p in self.candidates():
+        if not os.path.isdir(self.save_dir):
+            return None, None
+        ranked = []
+        for name in sorted(os.listdir(self.save_dir)):
+            if not (name.endswith(".pth") and name.startswith("ckpt_")):
+                continue
+            path, ckpt = self.path(name), None
+            position = recorded_position(path)
+            if position is None:
+                try:
+                    ckpt = load_checkpoint(path)
+                except CheckpointError as exc:
+                    log.warning("auto_resume: skipping %s", exc)
+                    continue
+                position = _position_of(ckpt) or (-1, -1)
+            ranked.append((position, name == LATEST, name, path, ckpt))
+        ranked.sort(key=lambda r: r[:3], reverse=True)
+        for _, _, _, path, ckpt in ranked:
             try:
-                return p, load_checkpoint(p)
+                return path, ckpt if ckpt is not None else load_checkpoint(path)
             except CheckpointError as exc:
                 log.warning("auto_resume: skipping %s", exc)
         return None, None

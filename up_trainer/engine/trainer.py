@@ -8,14 +8,16 @@ Under ``runtime.iter_base`` the same work is checked after every iteration, by i
 number; mid-epoch checkpoints are named ckpt_e{e}-i{iter}.pth (README, Run length).
 """
 import logging
+import os
 
 import torch
 
 from ..data.model_input import batch_to_model
 from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
+from ..writers.run_files import storage_error
 from . import schedule
-from .checkpoint import epoch_name, interrupt_name
+from .checkpoint import LATEST, epoch_name, interrupt_name
 from .checkpoint_fit import check_resumable, describe_position
 from .checkpoint_policy import CheckpointPolicy
 from .rng import rng_state, set_rng_state
@@ -60,6 +62,9 @@ class Trainer:
         self.schedule_cfg = self.length.schedule_cfg(self.trainer_cfg)  # max_epoch = the final position
         self.checkpoints = CheckpointPolicy(self.schedule_cfg)  # which names are due, which files kept
         self.did_update = False  # whether the last iteration stepped the optimizer
+        # Whether the in-memory state is one a snapshot resumes exactly: a completed optimizer
+        # update, an epoch start or a loaded checkpoint; not mid accumulation group, not mid step.
+        self.at_update_boundary = True
         self.outputs = {}  # last training outputs (losses), for logging hooks
         self.scalars = Scalars()  # what hooks measure for other hooks (grad_norm, ...): see engine/scalars.py
         self.display = None  # --display N: log every N iterations, overriding the logger's freq
@@ -113,8 +118,18 @@ class Trainer:
             self._flush_quietly()
             if self.interrupted is not None:  # a hook traced the failure to a stop request
                 raise self.interrupted from exc
+            failed_write = storage_error(exc)  # a run file on a full disk: one line, after the snapshot
+            if failed_write is not None:
+                raise failed_write.noted(self._where_to_resume()) from None
             raise
         self.store.flush()
+
+    def _where_to_resume(self):
+        st, latest = self.state, self.store.path(LATEST)
+        if not os.path.exists(latest):
+            return f"training stopped at epoch {st.epoch} iteration {st.iter}, no checkpoint was written"
+        return (f"training stopped at epoch {st.epoch} iteration {st.iter}; the newest checkpoint is {latest} "
+                "(make room, then resume: saver.auto_resume or --resume)")
 
     def _already_complete(self):
         """A resumed checkpoint at the very end of this run (its last epoch and the work after
@@ -194,8 +209,10 @@ class Trainer:
         if is_update:
             self.scalars.new_step()
             self.hooks.call("before_step", self, it)
+            self.at_update_boundary = False  # until the step is complete
             optim.step()
         self.did_update = is_update
+        self.at_update_boundary = is_update
         st.iter, st.epoch_iter = it, st.epoch_iter + 1
         self.hooks.call("after_update", self, it)
 
@@ -290,6 +307,7 @@ class Trainer:
         self.checkpoints.saved_iter = None  # e.g. a nan_guard rollback: latest no longer names "now"
         self.hooks.call("after_load_checkpoint", self, ckpt)
         self.rewound = True
+        self.at_update_boundary = True
         self.resumed_from = path
         st = self.state
         where = "end of epoch" if st.epoch_done else f"epoch {st.epoch} batch {st.epoch_iter}/{st.epoch_len} of"

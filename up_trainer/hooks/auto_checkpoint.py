@@ -94,7 +94,6 @@ class AutoCheckpoint(Hook):
         self._previous = {}
         self._group = None
         self._start_iter = None  # trainer.state.iter when this run's training began
-        self._consistent = False  # the in-memory state is at an optimizer-update boundary
 
     # -- handlers --------------------------------------------------------------------------
     def _handler(self, signum, frame):
@@ -135,17 +134,14 @@ class AutoCheckpoint(Hook):
     # -- events -----------------------------------------------------------------------------
     def before_train(self, trainer):
         self._group = cpu_group(trainer)
-        self._consistent = True  # fresh, or just loaded from a checkpoint
         self._start_iter = trainer.state.iter
         self._install()
         log.info("auto_checkpoint: %s handled (snapshot at the next iteration boundary)", ", ".join(self.signals))
 
     def before_epoch(self, trainer, epoch):
-        self._consistent = True  # the previous epoch ended with an update
         self._boundary(trainer)
 
     def after_update(self, trainer, iteration):
-        self._consistent = trainer.did_update
         if trainer.did_update:
             self._boundary(trainer)
 
@@ -186,7 +182,9 @@ class AutoCheckpoint(Hook):
 
     def _exception_snapshot(self, trainer, exc):
         """Rank 0 writes the state of the last completed update, when it is one; True if written."""
-        if not self._consistent or not trainer.dist.is_main:
+        # trainer.at_update_boundary, not a flag of this hook's own after_update: a hook that runs
+        # before it (the logger, on a full disk) may be what failed.
+        if not trainer.at_update_boundary or not trainer.dist.is_main:
             return False  # mid accumulation group: no consistent state / only rank 0 writes
         if trainer.checkpoints.is_saved(trainer.state):
             return True  # nothing new since the last checkpoint

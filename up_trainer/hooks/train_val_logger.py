@@ -13,6 +13,7 @@ from typing import Optional
 
 from ..errors import ConfigError
 from ..registry import HOOKS, WRITERS, check_kwargs
+from ..writers.run_files import RunFileError
 from .base import Hook
 from .log_measures import (PHASES, PhaseTimer, as_number, fmt_seconds, hms, is_number, isatty, loss_values,
                            max_memory_mb)
@@ -108,7 +109,7 @@ class TrainValLogger(Hook):
                 from ..config.redact import redact
 
                 self.writer.add_config(redact(trainer.cfg))
-            atexit.register(self._close_writer)  # interrupted runs skip after_train
+            atexit.register(self._close_writer, True)  # interrupted runs skip after_train
         log.info("logging every %d iterations to %s", self._freq, where)
 
     def after_train(self, trainer):
@@ -119,6 +120,8 @@ class TrainValLogger(Hook):
                 from ..plot import plot_run
 
                 log.info("training curves: %s", plot_run(trainer.run_dir))
+            except RunFileError:  # a full disk is not a plotting problem: one line, exit 2 (writers/run_files.py)
+                raise
             except Exception as exc:  # a plotting problem must not fail a finished run
                 log.warning("could not draw results.png: %s", exc)
         if self.writer is not None and hasattr(self.writer, "add_artifact"):
@@ -142,13 +145,20 @@ class TrainValLogger(Hook):
     def on_exception(self, trainer, exc):
         self._detach_bar_clearing()
         self._clear_bar()
-        self._close_writer()
+        self._close_writer(quiet=True)
 
-    def _close_writer(self):
+    def _close_writer(self, quiet=False):
+        """Close the summary writer; ``quiet`` (a run already failing, or exiting): a file it
+        cannot write out any more is one warning, not a second error."""
         writer, self.writer = self.writer, None
         if writer is not None:
             atexit.unregister(self._close_writer)
-            writer.close()
+            try:
+                writer.close()
+            except RunFileError as exc:
+                if not quiet:
+                    raise
+                log.warning("%s", exc)
 
     # -- timing: one perf_counter() per event ----------------------------------------------------
     def before_epoch(self, trainer, epoch):

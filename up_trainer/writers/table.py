@@ -1,7 +1,8 @@
 """metrics.csv and metrics.jsonl in the run dir: one row per train log line and per evaluation.
 
 Every row carries ``phase`` (train | eval), ``epoch`` and ``iter`` (global iterations done).
-Rows are written at once (append + flush) so a killed run loses nothing. The CSV header is
+Rows are written at once (append + flush) so a killed run loses nothing; a write that fails
+(a full disk) leaves no half row and no temp file, and is one RunFileError (writers/run_files.py). The CSV header is
 the union of all keys seen; when a row brings a new key the CSV is rewritten (atomically)
 with the wider header, which happens only a few times per run (first train row, first eval).
 """
@@ -11,6 +12,8 @@ import logging
 import math
 import os
 import time
+
+from .run_files import appending, write_text, writing
 
 CSV_NAME = "metrics.csv"
 JSONL_NAME = "metrics.jsonl"
@@ -38,7 +41,8 @@ class MetricsTable:
     resumed run's files have no duplicates; ``keep_upto_iter=0`` starts them afresh."""
 
     def __init__(self, run_dir, keep_upto_iter=0):
-        os.makedirs(run_dir, exist_ok=True)
+        with writing(run_dir):
+            os.makedirs(run_dir, exist_ok=True)
         self.csv_path = os.path.join(run_dir, CSV_NAME)
         self.jsonl_path = os.path.join(run_dir, JSONL_NAME)
         self.columns = list(FIRST_COLUMNS)
@@ -79,7 +83,7 @@ class MetricsTable:
         except UnicodeDecodeError as exc:
             set_aside(self.jsonl_path, exc)
             return
-        _atomic_write(self.jsonl_path, "".join(kept))
+        write_text(self.jsonl_path, "".join(kept))
 
     # -- writing --------------------------------------------------------------------------------
     def write(self, row):
@@ -89,11 +93,11 @@ class MetricsTable:
         if new:
             self.columns += new
             self._rewrite_csv(self._read_csv_rows())
-        with open(self.csv_path, "a", newline="", encoding="utf-8") as f:
+        with appending(self.csv_path) as f:
             if f.tell() == 0:
                 csv.writer(f).writerow(self.columns)
             csv.DictWriter(f, self.columns).writerow(row)
-        with open(self.jsonl_path, "a", encoding="utf-8") as f:
+        with appending(self.jsonl_path) as f:
             f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}, allow_nan=False) + "\n")
 
     def _read_csv_rows(self):
@@ -110,7 +114,7 @@ class MetricsTable:
         w.writeheader()
         for r in rows:
             w.writerow({k: v for k, v in r.items() if k is not None})
-        _atomic_write(self.csv_path, buf.getvalue())
+        write_text(self.csv_path, buf.getvalue())  # readers (`up plot` on a live run) never see half a file
 
 
 def set_aside(path, why):
@@ -121,17 +125,10 @@ def set_aside(path, why):
     while os.path.exists(kept):
         n += 1
         kept = f"{path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-    os.replace(path, kept)
+    with writing(path):
+        os.replace(path, kept)
     log.warning("%s cannot be read (%s): kept as %s, starting a new one", os.path.basename(path),
                 str(why).splitlines()[0][:200], os.path.basename(kept))
-
-
-def _atomic_write(path, text):
-    # Readers (`up plot` on a live run, a dashboard) never see a half-rewritten file.
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def read_rows(run_dir):

@@ -1,32 +1,52 @@
-"""TensorBoard event files through tensorboardX (imported only when a writer is built)."""
-import logging
+"""TensorBoard event files, written with tensorboardX's record format (imported only when a
+writer is built).
+
+Scalars are written on the calling thread, not through tensorboardX's SummaryWriter: its
+background thread dies on a write error (a full disk), prints a traceback, and the next
+``max_queue`` scalars then block training forever. Here a failed write is one RunFileError
+(writers/run_files.py) on the training thread, where the run handles it: snapshot, one line.
+"""
 import os
 import struct
+import time
 
 from ..registry import WRITERS
+from .run_files import RunFileError, replacing, writing
 
 EPOCH_AXIS_PREFIX = "metrics/"  # tags logged at the epoch step; every other tag at the iteration step
 
 
 @WRITERS.register("tensorboard")
 class TensorboardWriter:
-    """tensorboardX event files under ``logdir``; read them with ``tensorboard --logdir``."""
+    """tensorboardX event files under ``logdir``; read them with ``tensorboard --logdir``.
+
+    Records are buffered and written out every ``flush_secs`` seconds or ``max_queue`` records,
+    and at every :meth:`flush` (the logger flushes after each epoch and evaluation)."""
 
     def __init__(self, logdir: str, start_iter: int = 0, start_epoch: int = 0, flush_secs: int = 30,
                  max_queue: int = 100):
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
 
-        # tensorboardX warns "NaN or Inf found in input tensor" on every such scalar; the value is
-        # still written, and a non-finite loss or gradient norm (fp16 steps the scaler skips) is
-        # already reported in our own log, so the stray console line is dropped.
-        logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
         self.logdir = logdir
-        if os.path.isdir(logdir):
-            trim_event_files(logdir, start_iter, start_epoch)
-        self._w = SummaryWriter(logdir=logdir, flush_secs=flush_secs, max_queue=max_queue)
+        self.flush_secs, self.max_queue = flush_secs, max_queue
+        self._pending, self._flushed_at = 0, time.monotonic()
+        self._failed = False  # a write failed: reported once, nothing more is written
+        with writing(logdir):
+            if os.path.isdir(logdir):
+                trim_event_files(logdir, start_iter, start_epoch)
+            os.makedirs(logdir, exist_ok=True)
+            self._events = EventsWriter(os.path.join(logdir, "events"))  # events.out.tfevents.<time>.<host>
+        self.path = getattr(self._events, "_file_name", logdir)  # named in a failed write's message
 
     def add_scalar(self, tag, value, step):
-        self._w.add_scalar(tag, float(value), int(step))
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self._guarded(self._events.write_event, Event(wall_time=time.time(), step=int(step), summary=summary))
+        self._pending += 1
+        if self._pending >= self.max_queue or time.monotonic() - self._flushed_at >= self.flush_secs:
+            self.flush()
 
     def add_scalars(self, main_tag, values, step):
         # One plain scalar per key (tensorboardX's add_scalars would open a file per key).
@@ -34,10 +54,29 @@ class TensorboardWriter:
             self.add_scalar(f"{main_tag}/{k}", v, step)
 
     def flush(self):
-        self._w.flush()
+        self._guarded(self._events.flush)
+        self._pending, self._flushed_at = 0, time.monotonic()
 
     def close(self, timeout=None):
-        self._w.close()
+        """Write out what is buffered and close the file. After a failed write (already
+        reported) the file is closed without another error."""
+        if self._failed:
+            try:
+                self._events.close()
+            except OSError:
+                pass
+            return
+        self._guarded(self._events.close)
+
+    def _guarded(self, write, *args):
+        if self._failed:
+            return
+        try:
+            with writing(self.path):
+                write(*args)
+        except RunFileError:
+            self._failed = True
+            raise
 
 
 def _records(path):
@@ -87,7 +126,6 @@ def trim_event_files(logdir, max_iter, max_epoch):
                 continue
             kept.append(frame)
         if dropped:
-            tmp = path + ".trim"
-            with open(tmp, "wb") as f:
-                f.write(b"".join(kept))
-            os.replace(tmp, path)
+            with replacing(path) as tmp:
+                with open(tmp, "wb") as f:
+                    f.write(b"".join(kept))
