@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from conftest import tiny_cfg, write_cfg
@@ -240,3 +241,80 @@ def test_worker_advice_names_a_count_when_data_outweighs_compute():
     # 2 workers each take 2 x 0.4 s per batch: 8 would hide it, 7 CPUs are left for workers
     assert "try dataset.num_workers: 7 (8 CPUs here), and a lighter pipeline" in worker_advice(0.3, 0.4, 2, "ram", 8)
     assert "more workers than the 2 CPUs here would not help" in worker_advice(0.3, 0.4, 1, "ram", 2)
+
+
+def test_reload_and_yolox_noaug_swap_the_set_under_persistent_workers(tmp_path, run_up):
+    """reload rebuilds the training set every epoch and yolox_noaug swaps its pipeline at epoch
+    3: each swap drops the persistent loader, whose workers hold the old set, and the run with
+    2 (persistent by default) workers equals the one without workers."""
+    from test_yolox_noaug import noaug_cfg, weights
+    from test_yolox_noaug import train as train_noaug
+
+    train_noaug(run_up, tmp_path, "in_process", noaug_cfg())
+    cfg = noaug_cfg()
+    cfg["dataset"]["num_workers"] = 2
+    train_noaug(run_up, tmp_path, "workers", cfg)
+    a = weights(tmp_path / "in_process" / "checkpoints" / "ckpt_e4.pth")
+    b = weights(tmp_path / "workers" / "checkpoints" / "ckpt_e4.pth")
+    assert_state_equal(a["model"], b["model"])
+    assert a["hooks"]["yolox_noaug"] == b["hooks"]["yolox_noaug"] == {"switched": True, "switch_epoch": 3}
+
+
+def coco_photos(tmp_path, n=5):
+    """``n`` PNGs of assorted sizes with one or two boxes each, as a COCO instances file."""
+    import json
+
+    rng = np.random.default_rng(1)
+    images, anns = [], []
+    for i in range(n):
+        h, w = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+        images.append({"id": i + 1, "file_name": f"{i}.png", "height": h, "width": w})
+        for k in range(1 + i % 2):
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": 1 + k, "iscrowd": 0,
+                         "bbox": [1.5 + k, 2.0, w / 2, h / 3]})
+    ann_file = tmp_path / "ann.json"
+    ann_file.write_text(json.dumps({"images": images, "annotations": anns,
+                                    "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]}))
+    return str(ann_file)
+
+
+def det_batches(ann_file, transforms, cache, epochs=(1, 2)):
+    install(None)
+    data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": os.path.dirname(ann_file),
+                                                      "transforms": transforms}}, "dataset.train")
+    opened = open_image_cache({"cache": cache}, [("dataset.train", data)]) if cache != "none" else None
+    cfg = {"batch_size": 2, "test_batch_size": None, "num_workers": 0, "pin_memory": False,
+           "persistent_workers": None, "prefetch_factor": None, "drop_last": False}
+    loaders = LoaderFactory(cfg, data, None, seed=5)
+    return opened, [[(b["image"], b["target"]) for b in loaders.train_loader(e)] for e in epochs]
+
+
+@pytest.mark.parametrize("first", [
+    {"type": "keep_ar_resize_max", "kwargs": {"scales": [48], "max_size": 80}},
+    {"type": "fix_output_resize", "kwargs": {"scales": [40, 56]}},
+])
+def test_a_deterministic_first_step_is_cached_after_it_exactly(tmp_path, first):
+    """The cache holds the resize's output; samples equal the uncached pipeline's bit for bit."""
+    ann_file = coco_photos(tmp_path)
+    transforms = [first, {"type": "flip", "kwargs": {"flip_p": 0.5}}]
+    _, plain = det_batches(ann_file, transforms, "none")
+    cache, cached = det_batches(ann_file, transforms, "ram")
+    assert cache.steps and cache.filled() == 5  # filled in epoch 1, read in epoch 2
+    for epoch_plain, epoch_cached in zip(plain, cached):
+        for (images, targets), (images2, targets2) in zip(epoch_plain, epoch_cached):
+            for a, b in zip(images, images2):
+                assert a.dtype == b.dtype == torch.uint8 and torch.equal(a, b)
+            assert_state_equal(targets, targets2)
+
+
+def test_a_random_first_step_leaves_the_decoded_files_cached(tmp_path):
+    ann_file = coco_photos(tmp_path)
+    transforms = [{"type": "flip", "kwargs": {"flip_p": 0.5}},
+                  {"type": "keep_ar_resize_max", "kwargs": {"scales": [48], "max_size": 80}}]
+    _, plain = det_batches(ann_file, transforms, "none")
+    cache, cached = det_batches(ann_file, transforms, "ram")
+    assert not cache.steps and cache.filled() == 5
+    for (images, targets), (images2, targets2) in zip(plain[1], cached[1]):
+        assert all(torch.equal(a, b) for a, b in zip(images, images2))
+        assert_state_equal(targets, targets2)

@@ -60,8 +60,12 @@ def header_size(path):
 
 
 def planned_images(datasets):
-    """([(path, Pillow mode, decoded bytes)] of every distinct image the datasets decode, names
-    of the datasets that list no image files). ``datasets``: (config path, dataset) pairs."""
+    """([(path, Pillow mode, step, bytes)] of every distinct image the datasets read, names of
+    the datasets that list no image files). ``datasets``: (config path, dataset) pairs.
+
+    A dataset's ``image_files()`` lists (path, Pillow mode, (height, width) or None) per decoded
+    image, or (path, mode, (channels, height, width), step) for what a deterministic first
+    pipeline step makes of it (``step`` names that step; the dataset stores and reads those)."""
     from PIL import Image
 
     seen, images, unlisted = set(), [], []
@@ -69,13 +73,17 @@ def planned_images(datasets):
         files = dataset.image_files() if hasattr(dataset, "image_files") else []
         if not files:
             unlisted.append(name)
-        for path, mode, size in files:
-            if (path, mode) in seen:
+        for path, mode, size, *step in files:
+            key = (path, mode, step[0] if step else None)
+            if key in seen:
                 continue
-            seen.add((path, mode))
+            seen.add(key)
+            if step:
+                images.append((*key, int(np.prod(size))))
+                continue
             size = size or header_size(path)
             if size is not None:
-                images.append((path, mode, int(size[0]) * int(size[1]) * Image.getmodebands(mode)))
+                images.append((*key, int(size[0]) * int(size[1]) * Image.getmodebands(mode)))
     return images, unlisted
 
 
@@ -112,7 +120,7 @@ def refuse(path, what, need, limit, hint):
 class ImageCache:
     """Slots of decoded images in one shared arena; see the module docstring.
 
-    ``images``: the plan, one (path, mode, nbytes) per slot in table order; ``table``: a SLOT
+    ``images``: the plan, one (path, mode, step, nbytes) per slot in table order; ``table``: a SLOT
     array in shared memory; ``data``: the mapping holding the bytes; ``verify``: record a CRC
     at each fill (a disk arena outlives the run, and a crash may leave a slot half written)."""
 
@@ -121,7 +129,8 @@ class ImageCache:
     def __init__(self, mode, images, table, data, verify=False, closer=None):
         ImageCache.created += 1
         self.mode = mode
-        self._slots = {(path, pil_mode): i for i, (path, pil_mode, _) in enumerate(images)}
+        self._slots = {(path, pil_mode, step): i for i, (path, pil_mode, step, _) in enumerate(images)}
+        self.steps = {step for _, _, step, _ in images if step is not None}
         self._table = table
         self._data = data
         self._bytes = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
@@ -141,12 +150,17 @@ class ImageCache:
     def decode(self, path, pil_mode, where, decode):
         """The image at ``path`` as ``decode(path, pil_mode, where, None)`` returns it, from its
         slot when filled; an image outside the plan is decoded every time."""
-        slot = self._slots.get((path, pil_mode))
+        return self.fetch(path, pil_mode, None, lambda: decode(path, pil_mode, where, None))
+
+    def fetch(self, path, pil_mode, step, produce):
+        """The uint8 array cached for (path, mode, step), else ``produce()``'s, kept in its slot;
+        step None is the decoded file, else what the named first pipeline step makes of it."""
+        slot = self._slots.get((path, pil_mode, step))
         if slot is None:
-            return decode(path, pil_mode, where, None)
+            return produce()
         array = self._read(slot)
         if array is None:
-            array = decode(path, pil_mode, where, None)
+            array = produce()
             self._write(slot, array)
         return array
 
@@ -196,14 +210,19 @@ class ImageCache:
 def ram_cache(images):
     """An arena in anonymous shared memory: freed with the last process that maps it."""
     table = np.frombuffer(mmap.mmap(-1, max(len(images), 1) * SLOT.itemsize), SLOT)[:len(images)]
-    offsets = np.cumsum([0] + [n for _, _, n in images])
-    table["offset"], table["nbytes"] = offsets[:-1], [n for _, _, n in images]
+    offsets = np.cumsum([0] + [n for *_, n in images])
+    table["offset"], table["nbytes"] = offsets[:-1], [n for *_, n in images]
     data = mmap.mmap(-1, int(offsets[-1])) if offsets[-1] else None
     return ImageCache("ram", images, table, data)
 
 
 # -- the run's cache -------------------------------------------------------------------------------
 _installed = None
+
+
+def installed():
+    """The image cache :func:`readers.decode_image` goes through (None: none)."""
+    return _installed
 
 
 def install(cache):
@@ -233,7 +252,7 @@ def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
         log.info("dataset.cache: %s reads no image files (generated or in-memory data): nothing to cache", name)
     if not images:
         return None
-    need = sum(n for _, _, n in images)
+    need = sum(n for *_, n in images)
     what = f"the {len(images)} images of {' and '.join(n for n, d in datasets if d is not None and n not in unlisted)}"
     budget = ds_cfg.get("cache_bytes")
     if mode == "ram":
@@ -257,8 +276,10 @@ def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
             cache_dir = os.path.join(cache_dir, f"rank{rank}")
         cache = open_disk_cache(cache_dir, images, need, budget, ds_cfg.get("cache_hash", False), what)
         budget_text = format_size(budget) if budget is not None else "the free disk space"
-    log.info("dataset.cache %s: %d images, %s decoded (budget %s), planned in %.2f s%s; images are cached as they "
+    resized = sum(step is not None for _, _, step, _ in images)
+    log.info("dataset.cache %s: %d images, %s decoded (budget %s), planned in %.2f s%s%s; images are cached as they "
              "are first decoded", mode, len(images), format_size(need), budget_text, time.perf_counter() - started,
-             f", {cache.filled()} already cached in {cache_dir}" if mode == "disk" else "")
+             f", {cache.filled()} already cached in {cache_dir}" if mode == "disk" else "",
+             f"; {resized} of them after their pipeline's deterministic first step" if resized else "")
     install(cache)
     return cache

@@ -6,8 +6,9 @@ Files in the directory:
   disk that fills up is a one-line error then, not a SIGBUS in a worker writing to the mapping;
 - ``images.table``: one SLOT record per slot (offset, size, shape, state, CRC-32 of the bytes),
   mapped shared by every worker;
-- ``images.index.json``: per slot the source file's absolute path, Pillow mode, size in bytes,
-  ``mtime_ns`` and, with ``dataset.cache_hash``, a BLAKE2b digest of its content;
+- ``images.index.json``: per slot the source file's absolute path, Pillow mode, the pipeline
+  step its pixels went through (null: the decoded file), the file's size in bytes, ``mtime_ns``
+  and, with ``dataset.cache_hash``, a BLAKE2b digest of its content;
 - ``images.lock``: held (``fcntl.lockf``) while a run uses the directory; a second run gets a
   one-line error.
 
@@ -33,7 +34,7 @@ from ..config.cache_keys import format_size
 from .image_cache import EMPTY, FILLED, SLOT, UNVERIFIED, ImageCache, refuse
 
 INDEX, TABLE, DATA, LOCK = "images.index.json", "images.table", "images.data", "images.lock"
-VERSION = 1
+VERSION = 2
 TOKEN_BYTES = 16  # the table file starts with the token its index names: the two belong together
 
 
@@ -68,7 +69,7 @@ def _lock(directory):
 
 
 def _earlier_slots(directory):
-    """{(path, mode): (offset, nbytes, state, shape, ndim, crc, identity)} of the arena an earlier
+    """{(path, mode, step): (offset, nbytes, state, shape, ndim, crc, identity)} of the arena an earlier
     run left, or {} when there is none or its files do not belong together."""
     try:
         with open(os.path.join(directory, INDEX), encoding="utf-8") as f:
@@ -83,10 +84,10 @@ def _earlier_slots(directory):
             or len(index.get("entries", ())) != len(table):
         return {}
     slots = {}
-    for (path, mode, *identity), row in zip(index["entries"], table):
+    for (path, mode, step, *identity), row in zip(index["entries"], table):
         offset, nbytes = int(row["offset"]), int(row["nbytes"])
         state = int(row["state"]) if offset + nbytes <= data_size else EMPTY
-        slots[(path, mode)] = (offset, nbytes, state, row["shape"].copy(), int(row["ndim"]), int(row["crc"]),
+        slots[(path, mode, step)] = (offset, nbytes, state, row["shape"].copy(), int(row["ndim"]), int(row["crc"]),
                                identity)
     return slots
 
@@ -96,8 +97,8 @@ def _layout(images, earlier, use_hash, budget):
     rows, entries, kept = [], [], 0
     end = max((offset + nbytes for offset, nbytes, *_ in earlier.values()), default=0)
     planned = set()
-    for path, mode, nbytes in images:
-        key = (os.path.abspath(path), mode)
+    for path, mode, step, nbytes in images:
+        key = (os.path.abspath(path), mode, step)
         planned.add(key)
         identity = source_identity(path, use_hash)
         old = earlier.get(key)
@@ -110,14 +111,14 @@ def _layout(images, earlier, use_hash, budget):
         else:
             rows.append((end, nbytes, (0, 0, 0), 0, EMPTY, 0))
             end += nbytes
-        entries.append([key[0], mode, *(identity or [None, None, None])])
+        entries.append([*key, *(identity or [None, None, None])])
     for key, (offset, nbytes, state, shape, ndim, crc, identity) in earlier.items():
         if key not in planned:  # another data set's images: kept for the runs that read them
             rows.append((offset, nbytes, shape, ndim, UNVERIFIED if state in (FILLED, UNVERIFIED) else EMPTY, crc))
-            entries.append([key[0], key[1], *identity])
+            entries.append([*key, *identity])
     if budget is not None and end > budget:  # start over with this run's images only
-        offsets = np.cumsum([0] + [n for _, _, n in images])
-        rows = [(int(o), n, (0, 0, 0), 0, EMPTY, 0) for o, (_, _, n) in zip(offsets[:-1], images)]
+        offsets = np.cumsum([0] + [n for *_, n in images])
+        rows = [(int(o), n, (0, 0, 0), 0, EMPTY, 0) for o, (*_, n) in zip(offsets[:-1], images)]
         entries, end, kept = entries[:len(images)], int(offsets[-1]), 0
     return rows, entries, end, kept
 

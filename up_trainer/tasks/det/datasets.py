@@ -28,6 +28,7 @@ from ...registry import DATASETS
 from ..transforms import build_transforms
 from . import transforms as _det_transforms  # noqa: F401  (registers keep_ar_resize_max, flip, pad_to_stride)
 from .pipeline import apply_transform, pipeline_ops, to_pipeline
+from .first_step import cached_first_step, step_files
 
 __all__ = ["DetDataset", "CocoDetection", "CustomDetection", "DetCollate", "apply_transform", "load_rgb"]
 
@@ -75,8 +76,16 @@ class DetDataset(FinalConversion, Dataset):
 
     def image_files(self):
         """(path, Pillow mode, (height, width)) of every image file the records decode, which the
-        image cache (dataset.cache) sizes its slots from; generated or embedded images are not listed."""
-        mode = PIL_MODE[getattr(getattr(self, "reader", None), "color_mode", "RGB")]
+        image cache (dataset.cache) sizes its slots from; generated or embedded images, and images
+        read with exif_transpose: false, are not listed. When the pipeline's first step is a
+        deterministic function of the image, what it makes of each image instead (first_step.py)."""
+        steps = step_files(self)
+        if steps is not None:
+            return steps
+        reader = getattr(self, "reader", None)
+        if not getattr(reader, "exif_transpose", True):
+            return []
+        mode = PIL_MODE[getattr(reader, "color_mode", "RGB")]
         return [(r["file"], mode, (r["height"], r["width"])) for r in self.records
                 if isinstance(r.get("file"), str) and not r.get("embedded")]
 
@@ -180,10 +189,14 @@ class DetDataset(FinalConversion, Dataset):
 
     def __getitem__(self, index):
         record = self.records[index]
-        image, target = self.load(record)
-        self._check_size(image, record)
-        if self.transform is not None:
-            image, target = apply_transform(self.transform, image, target)
+        cached = cached_first_step(self)  # dataset.cache holds the first step's output (first_step.py)
+        if cached is not None:
+            image, target = cached[0].sample(self, record, cached[1])
+        else:
+            image, target = self.load(record)
+            self._check_size(image, record)
+            if self.transform is not None:
+                image, target = apply_transform(self.transform, image, target)
         return {"image": self.finish(image), "target": target, "index": index}
 
 
