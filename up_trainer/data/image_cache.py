@@ -249,7 +249,8 @@ def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
     started = time.perf_counter()
     images, unlisted = planned_images([(n, d) for n, d in datasets if d is not None])
     for name in unlisted:
-        log.info("dataset.cache: %s reads no image files (generated or in-memory data): nothing to cache", name)
+        log.info("dataset.cache: %s lists no image file the cache can hold (generated or in-memory data, or "
+                 "exif_transpose: false)", name)
     if not images:
         return None
     need = sum(n for *_, n in images)

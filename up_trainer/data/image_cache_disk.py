@@ -14,7 +14,8 @@ Files in the directory:
 
 At start-up each planned image keeps its slot from an earlier run when the slot has its size
 and the source file's identity (size, mtime_ns, digest) is unchanged; otherwise the slot is
-emptied and refilled at the next decode. A slot filled by an earlier run is trusted only after
+emptied and refilled at the next decode; an arena written by other versions of the decoding
+libraries (Pillow, torchvision) starts over. A slot filled by an earlier run is trusted only after
 its CRC matches at its first read in this run (a crash or power loss may have left it half
 written). Slots of images no longer planned are kept for the runs that use them, until the
 budget is short: then the arena starts over with this run's images only.
@@ -36,6 +37,15 @@ from .image_cache import EMPTY, FILLED, SLOT, UNVERIFIED, ImageCache, refuse
 INDEX, TABLE, DATA, LOCK = "images.index.json", "images.table", "images.data", "images.lock"
 VERSION = 2
 TOKEN_BYTES = 16  # the table file starts with the token its index names: the two belong together
+
+
+def decoders():
+    """The libraries whose code made the cached pixels: an arena made by other versions is
+    started over (a new libjpeg may round differently)."""
+    import PIL
+    import torchvision
+
+    return f"Pillow {PIL.__version__}, torchvision {torchvision.__version__}"
 
 
 def file_digest(path):
@@ -81,7 +91,7 @@ def _earlier_slots(directory):
     except (OSError, ValueError):
         return {}
     if not isinstance(index, dict) or index.get("version") != VERSION or index.get("token") != token.hex() \
-            or len(index.get("entries", ())) != len(table):
+            or index.get("decoders") != decoders() or len(index.get("entries", ())) != len(table):
         return {}
     slots = {}
     for (path, mode, step, *identity), row in zip(index["entries"], table):
@@ -154,7 +164,7 @@ def open_disk_cache(directory, images, need, budget, use_hash, what):
         token = os.urandom(TOKEN_BYTES)
         _write_atomically(os.path.join(directory, TABLE), token + table.tobytes())
         _write_atomically(os.path.join(directory, INDEX), json.dumps(
-            {"version": VERSION, "token": token.hex(), "entries": entries}).encode())
+            {"version": VERSION, "token": token.hex(), "decoders": decoders(), "entries": entries}).encode())
         data = _map_data(data_path, end)
         table = np.memmap(os.path.join(directory, TABLE), dtype=SLOT, mode="r+", offset=TOKEN_BYTES,
                           shape=(len(rows),))
