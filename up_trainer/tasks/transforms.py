@@ -68,6 +68,30 @@ class FloatPixels:
         return super().transform(unit_float(inpt), params)
 
 
+class FloatThenRound:
+    """Mixin for torchvision v2 photometric transforms: a uint8 image is changed in float [0, 1]
+    and rounded to the nearest level once at the end. torchvision's uint8 kernels convert to
+    float and truncate back after every step; chained, that drifts by levels (a colour jitter of
+    four changes: 1.4 levels darker on average than the float result)."""
+
+    def transform(self, inpt, params):
+        if not _is_uint8_image(inpt):
+            return super().transform(inpt, params)
+        return to_levels(super().transform(unit_float(inpt), params))
+
+
+def to_levels(image):
+    """Float [0, 1] pixels rounded to the nearest uint8 level (a tv_tensors Image stays one)."""
+    from torchvision import tv_tensors
+
+    out = image.as_subclass(torch.Tensor).mul(255.0).round_().clamp_(0.0, 255.0).to(torch.uint8)
+    return tv_tensors.wrap(out, like=image) if isinstance(image, tv_tensors.TVTensor) else out
+
+
+class ColorJitter(FloatThenRound, v2.ColorJitter):
+    """torchvision's ColorJitter; a uint8 image is jittered in float and rounded once."""
+
+
 class Normalize(FloatPixels, v2.Normalize):
     """torchvision's Normalize, also for a uint8 image (converted to [0, 1] first)."""
 
@@ -109,14 +133,14 @@ class ToDtype(v2.ToDtype):
 
 # v2 class names a config may write that are replaced by the versions above
 FLOAT_INPUT_VERSIONS = {cls.__name__: cls for cls in (Normalize, GaussianNoise, RandomErasing,
-                                                       LinearTransformation, ToDtype)}
+                                                       LinearTransformation, ToDtype, ColorJitter)}
 
 TRANSFORMS.register("to_tensor")(ToTensor)
 # UP's classification names for the torchvision transforms they wrap.
 for _name, _cls in {
     "torch_random_resized_crop": v2.RandomResizedCrop,
     "torch_random_horizontal_flip": v2.RandomHorizontalFlip,
-    "torch_color_jitter": v2.ColorJitter,
+    "torch_color_jitter": ColorJitter,
     "torch_resize": v2.Resize,
     "torch_center_crop": v2.CenterCrop,
     "normalize": Normalize,

@@ -161,10 +161,12 @@ class DetDataset(FinalConversion, Dataset):
     def _check_size(self, image, record):
         size = tuple(image.shape[-2:])
         if size != (record["height"], record["width"]):
-            turned = size == (record["width"], record["height"]) and \
-                getattr(getattr(self, "reader", None), "exif_transpose", False)
-            hint = (" (the file's EXIF orientation turns it; if the boxes describe the stored pixels, "
-                    "set exif_transpose: false)") if turned else ""
+            hint = ""
+            if size == (record["width"], record["height"]):  # turned by 90 degrees: its EXIF orientation?
+                exif = getattr(getattr(self, "reader", None), "exif_transpose", True)
+                hint = (" (its EXIF orientation turns it; if the annotation describes the stored pixels, set "
+                        "exif_transpose: false)") if exif else (" (exif_transpose is false; if the annotation "
+                                                                  "describes the upright picture, set it to true)")
             raise DataError(f"{record['source']}: image is {size} (h, w) but the "
                             f"annotation says ({record['height']}, {record['width']}){hint}")
 
