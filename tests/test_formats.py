@@ -154,6 +154,13 @@ def test_dry_run_trains_on_yolo(digits, tmp_path):
     result = invoke(["train", "--config", write_cfg(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run",
                      "--dry-run"])
     assert result.exit_code == 0, (result.stderr, result.exception)
+    log = "\n".join(p.read_text() for p in (tmp_path / "run").rglob("*.log"))
+    coco_ds, expected = coco_targets(splits["train"])
+    boxes = sum(len(r["boxes"]) for r in expected.values())
+    empty = sum(1 for k in range(1, 11) if not any(k in r["labels"] for r in expected.values()))
+    assert (f"dataset.train: {len(expected)} images (0 without boxes), {boxes} boxes, 0 ignore regions, "
+            f"10 classes, without examples: {empty}") in log
+    assert "yolo " in log and "10 classes (declared in the files): 0, 1, 2" in log  # the dataset's own line
 
 
 @pytest.mark.slow  # three one-epoch runs: about 45 s on 2 busy cores

@@ -57,6 +57,17 @@ def build_dataset(entry, path, evaluator_cfg_out=None):
     return DATASETS.build(entry, path)
 
 
+def log_data_summary(datasets):
+    """One line per dataset read from files (counts, empty classes, skipped bad records, boxes
+    on the border; tasks/data_check.py), so a silently broken label set shows in train.log."""
+    from ..tasks.data_check import summary_line
+
+    for path, dataset in datasets:
+        line = summary_line(dataset, path) if dataset is not None else None
+        if line:
+            log.info(line)
+
+
 def check_up_net_early(net):
     """A UP net list is checked before the data is read (a refused UP type or kwarg is one
     line, not a wait for the datasets and then an error)."""
@@ -142,6 +153,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     if with_optim and train_set is not None:
         require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
     test_set = build_dataset(ds["test"], "dataset.test", up_eval)
+    log_data_summary((("dataset.train", train_set), ("dataset.test", test_set)))
     evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None
     # before any loader: forked workers inherit the cache and share its one arena
     open_image_cache(ds, [("dataset.train", train_set), ("dataset.test", test_set)],

@@ -249,3 +249,28 @@ def run_check(cfg, fmt, input_path, images, splits, out_dir, decode=False, seed=
     report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
     lines = terminal_lines(report, summary, scale_info[1]) + [f"written: {', '.join(files)}"]
     return lines, report.errors()
+
+
+# -- the start-up line of up train ----------------------------------------------------------------------
+def summary_line(ds, path):
+    """One line on a dataset's annotations for train.log (no image read, no file hashed):
+    counts, classes without any example, records skipped as bad, boxes on the border. None
+    for datasets that generate their samples (nothing on disk to go wrong)."""
+    records = getattr(ds, "records", None)
+    classes = list(getattr(ds, "classes", None) or [])
+    if records and isinstance(records[0], dict) and "boxes" in records[0]:
+        per_class = Counter(label for r in records for label in r["labels"])
+        border = sum(b[0] <= 0 or b[1] <= 0 or b[2] >= r["width"] or b[3] >= r["height"]
+                     for r in records for b in r["boxes"])
+        text = (f"{len(records)} images ({sum(1 for r in records if not r['boxes'])} without boxes), "
+                f"{sum(per_class.values())} boxes, {sum(len(r.get('ignore', [])) for r in records)} ignore regions")
+        tail = f", {border} boxes touching the image border"
+    elif hasattr(ds, "image_classes") and records:
+        per_class = Counter(label + 1 for labels in ds.image_classes() for label in labels)  # 0-based -> 1..C
+        text, tail = f"{len(records)} images", ""
+    else:
+        return None
+    empty = [name for k, name in enumerate(classes, 1) if not per_class.get(k)]
+    shown = ", ".join(empty[:5]) + (", ..." if len(empty) > 5 else "")
+    return (f"{path}: {text}, {len(classes)} classes, without examples: {len(empty)}{f' ({shown})' if empty else ''}, "
+            f"bad records skipped: {len(getattr(ds, 'skipped', []))}{tail} (up data check for the full report)")

@@ -42,7 +42,8 @@ class FormatDetection(DetDataset):
         self.report_skipped(where)
         if not self.records:
             raise DataError(f"{where}: no usable images (after skipping {len(self.skipped)} bad record(s))")
-        self._log_summary(classes is not None or parsed.classes is not None)
+        self._log_summary("given" if classes is not None else "declared in the files" if parsed.classes is not None
+                          else "collected from the files, sorted")
 
     @staticmethod
     def _class_names(parsed, classes):
@@ -73,10 +74,9 @@ class FormatDetection(DetDataset):
                 out["labels"].append(label_of[obj.name])
         return out
 
-    def _log_summary(self, named):
+    def _log_summary(self, origin):
         boxes = sum(len(r["boxes"]) for r in self.records)
         ignored = sum(len(r["ignore"]) for r in self.records)
-        origin = "given" if named else "collected from the files, sorted"
         log.info("%s %s: %d images, %d boxes, %d ignore regions; %d classes (%s): %s", self.format_name,
                  self.where, len(self.records), boxes, ignored, self.num_classes, origin, ", ".join(self.classes))
         for note in self.notes:
