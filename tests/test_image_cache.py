@@ -318,3 +318,19 @@ def test_a_random_first_step_leaves_the_decoded_files_cached(tmp_path):
     for (images, targets), (images2, targets2) in zip(plain[1], cached[1]):
         assert all(torch.equal(a, b) for a, b in zip(images, images2))
         assert_state_equal(targets, targets2)
+
+
+def test_the_logger_gives_the_worker_advice_once_per_run(caplog):
+    from types import SimpleNamespace
+
+    from up_trainer.hooks.train_val_logger import TrainValLogger
+
+    hook = TrainValLogger(summary_writer="none")
+    hook._advised = False
+    trainer = SimpleNamespace(cfg={"dataset": {"num_workers": 0, "cache": "none"}})
+    with caplog.at_level("INFO", logger="up"):
+        hook._advise_workers(trainer, [0.01, 0.02, 0.02, 0.05])  # compute 0.04 s > data 0.01 s: silent
+        for _ in range(3):
+            hook._advise_workers(trainer, [0.3, 0.05, 0.05, 0.4])
+    advice = [r.message for r in caplog.records if "data loading is the bottleneck" in r.message]
+    assert len(advice) == 1 and "dataset.num_workers 0; try dataset.num_workers:" in advice[0]

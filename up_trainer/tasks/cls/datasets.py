@@ -89,7 +89,10 @@ class ClsDatasetBase(FinalConversion, Dataset):
     def image_files(self):
         """(path, Pillow mode, None) of every image file the samples decode, which the image cache
         (dataset.cache) plans its slots from: file datasets keep ``records`` (or ``samples``) of
-        (path, label, ...) and a ``color_mode``; in-memory ones (digits) list none."""
+        (path, label, ...) and a ``color_mode``; in-memory ones (digits) list none, and so do images
+        read with exif_transpose: false (the cache holds images decoded the default way)."""
+        if not getattr(self, "exif_transpose", getattr(getattr(self, "reader", None), "exif_transpose", True)):
+            return []
         rows = getattr(self, "records", None) or getattr(self, "samples", None) or []
         mode = PIL_MODE[getattr(self, "color_mode", "RGB")]
         return [(row[0], mode, None) for row in rows if isinstance(row[0], str)]
