@@ -115,12 +115,17 @@ class AutoCheckpoint(Hook):
     def _restore_handlers_after_writes(self, trainer, quietly=False):
         """Hand the signals back only once no checkpoint write is in flight: a signal landing
         during that write then reaches this hook's queue instead of killing the process with the
-        file half written. ``quietly``: a failed write is left for the trainer to report."""
+        file half written. ``quietly`` (another error is on its way): a failed write is logged."""
         try:
             trainer.store.flush()
-        except Exception:
+        except TrainingInterrupted:  # a signal this hook does not handle came during the write
             if not quietly:
                 raise
+            log.warning("stop signal during the snapshot write: the write completed; the run ends with its error")
+        except Exception as exc:
+            if not quietly:
+                raise
+            log.error("checkpoint write failed as well: %s", exc)
         finally:
             self._restore_handlers()
 
