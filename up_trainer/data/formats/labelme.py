@@ -55,6 +55,7 @@ def parse_labelme(files, img_dir=None):
         name = data.get("imagePath")
         if not isinstance(name, str) or not name:
             raise DataError(f"{path}: missing 'imagePath'")
+        name = name.replace("\\", "/")  # LabelMe on Windows writes ..\images\a.jpg
         image = os.path.normpath(os.path.join(img_dir or os.path.dirname(path), name))
         embedded = None
         if not os.path.isfile(image):
