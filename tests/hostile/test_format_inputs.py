@@ -150,3 +150,16 @@ def test_convert_refuses_its_input_and_existing_files(tmp_path):
     assert (tmp_path / "c" / "annotations" / "instances_train.json").read_text() == before
     no_images = invoke(["data", "convert", "--from", "cvat", "--input", ann, "--to", "coco", "--out", tmp_path / "x"])
     assert_one_line(no_images, "--images: required with --from cvat")
+
+
+def test_check_refuses_an_out_that_is_a_file_or_holds_a_link(tmp_path, sets):
+    data = os.path.join(os.path.dirname(sets["yolo"]), "data.yaml")
+    (tmp_path / "taken").write_text("mine")
+    result = invoke(["data", "check", "--from", "yolo", "--input", data, "--out", tmp_path / "taken"])
+    assert_one_line(result, "--out:")
+    assert (tmp_path / "taken").read_text() == "mine"
+    (tmp_path / "out").mkdir()
+    os.symlink(tmp_path / "taken", tmp_path / "out" / "report.json")
+    result = invoke(["data", "check", "--from", "yolo", "--input", data, "--out", tmp_path / "out"])
+    assert_one_line(result, "report.json is not a regular file")
+    assert (tmp_path / "taken").read_text() == "mine"

@@ -229,9 +229,14 @@ def format_entries(fmt, input_path, images, splits):
             for split, kwargs in source_splits(fmt, input_path, images, list(splits)).items()}
 
 
-def check_out_dir(out_dir):
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ConfigError("--out", f"{out_dir} exists and is not a directory")
+def check_out_dir(out_dir, entries):
+    """The one output guard (a writable directory, none of the input files under the names
+    written), and no link under those names: a rerun replaces its own files, nothing else."""
+    from ..paths import guard_output_dir
+
+    inputs = [v for entry in entries.values() for v in (entry.get("kwargs") or {}).values()
+              if isinstance(v, str) and os.path.isfile(v)]
+    guard_output_dir(out_dir, "--out", inputs=inputs, writes=OUTPUT_NAMES)
     for name in OUTPUT_NAMES:
         path = os.path.join(out_dir, name)
         if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
@@ -241,7 +246,7 @@ def check_out_dir(out_dir):
 def run_check(cfg, fmt, input_path, images, splits, out_dir, decode=False, seed=0):
     """(terminal lines, error findings) for a config's data sets or a data path + format."""
     entries = config_entries(cfg) if cfg is not None else format_entries(fmt, input_path, images, splits)
-    check_out_dir(out_dir)
+    check_out_dir(out_dir, entries)
     prefix = "dataset." if cfg is not None else ""
     keys = {name: key for key, name in SPLIT_KEYS}
     datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}") for name, entry in entries.items()}
