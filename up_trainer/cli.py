@@ -99,7 +99,8 @@ def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
 @config_options
 @click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
 @click.option("--input", "input_path", required=True, metavar="IMG_OR_DIR", help="an image file or a directory of them")
-@click.option("--out", "out_dir", default="predictions", show_default=True, help="output directory")
+@click.option("--out", "out_dir", default="predictions", show_default=True,
+              help="output directory, holding no input; the drawing of a.jpg is a.jpg.png")
 @click.option("--score-thr", type=float, default=0.3, show_default=True, help="detection: lowest score drawn/written")
 @click.option("--no-ema", is_flag=True, help="use the raw weights even when EMA weights are saved")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
