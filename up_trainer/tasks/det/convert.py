@@ -39,7 +39,9 @@ def source_splits(fmt, input_path, images, splits):
     if fmt == "voc":
         if os.path.isdir(os.path.join(input_path, "Annotations")):
             main = os.path.join(input_path, "ImageSets", "Main")
-            held = [s for s in ("train", "val", "trainval", "test") if os.path.isfile(os.path.join(main, f"{s}.txt"))]
+            held = [s for s in ("train", "val", "test") if os.path.isfile(os.path.join(main, f"{s}.txt"))]
+            if not held and os.path.isfile(os.path.join(main, "trainval.txt")):  # the union, only when alone
+                held = ["trainval"]
             if splits or held:
                 return {s: {"root": input_path, "split": s, "img_dir": images} for s in (splits or held)}
             return {"train": {"root": input_path, "img_dir": images}}
@@ -49,8 +51,7 @@ def source_splits(fmt, input_path, images, splits):
         return {split: {"ann_dir": input_path, "img_dir": images}}
     if images is None:
         raise ConfigError("--images", f"required with --from {fmt} (the folder the image names are relative to)")
-    key = "ann_file"
-    return {split: {key: input_path, "img_dir": images}}
+    return {split: {"ann_file": input_path, "img_dir": images}}
 
 
 def one_split(splits):
