@@ -163,3 +163,11 @@ def test_check_refuses_an_out_that_is_a_file_or_holds_a_link(tmp_path, sets):
     result = invoke(["data", "check", "--from", "yolo", "--input", data, "--out", tmp_path / "out"])
     assert_one_line(result, "report.json is not a regular file")
     assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_check_refuses_generated_data_in_one_line(tmp_path):
+    from conftest import REPO
+
+    result = invoke(["data", "check", "--config", os.path.join(REPO, "configs", "det", "digits_fcos.yaml"),
+                     "--out", tmp_path / "r"])
+    assert_one_line(result, "dataset.train.type: 'digits_det' is not a detection dataset read from files")

@@ -36,7 +36,8 @@ def build_split(entry, path):
     if "on_bad_record" in inspect.signature(cls).parameters:
         kwargs["on_bad_record"] = "skip"
     ds = DATASETS.build({"type": entry["type"], "kwargs": kwargs}, path)
-    if not hasattr(ds, "records") or not ds.records or not isinstance(ds.records[0], dict):
+    records = getattr(ds, "records", None)
+    if not records or not isinstance(records[0], dict) or not {"file", "boxes"} <= set(records[0]):
         raise ConfigError(f"{path}.type", f"{entry['type']!r} is not a detection dataset read from files; "
                           "up data check reads detection sets (coco, custom, voc, yolo, labelme, cvat)")
     return ds
