@@ -62,11 +62,11 @@ class FirstStep:
         # the later steps get their own tensors (a transform may change its input in place)
         target = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in known.items()}
 
-        def produce():
+        def produce():  # kept height x width x channels: torchvision's uint8 resize lays its output out so
             image, _ = self.real(dataset, record)
-            return image.as_subclass(torch.Tensor).contiguous().numpy()
+            return image.as_subclass(torch.Tensor).permute(1, 2, 0).contiguous().numpy()
         pixels = cache.fetch(record["file"], self.mode, self.step_id, produce)
-        image = tv_tensors.Image(torch.from_numpy(pixels))
+        image = tv_tensors.Image(torch.from_numpy(pixels).permute(2, 0, 1))
         if self.rest is not None:
             image, target = self.rest(image, target)
         return from_pipeline(image, target)
