@@ -95,6 +95,12 @@ def test_yolo_data_yaml_equals_coco_and_negatives(digits, names_as_dict, tmp_pat
     ds = DATASETS.build({"type": "yolo", "kwargs": {"data": data, "split": "val"}})
     rec = next(r for r in ds.records if r["file"].endswith("zz_empty.png"))
     assert rec["boxes"] == [] and len(ds) == len(expected) + 1
+    # Roboflow writes 'val: ../images/val' beside the folders; Ultralytics (and we) drop the '../'
+    text = open(data).read().replace("val: images/val", "val: ../images/val")
+    assert "../images/val" in text
+    with open(data, "w") as f:
+        f.write(text)
+    assert len(DATASETS.build({"type": "yolo", "kwargs": {"data": data, "split": "val"}})) == len(expected) + 1
 
 
 def test_labelme_rectangles_polygons_and_embedded_images(digits, tmp_path, caplog):

@@ -54,6 +54,8 @@ def split_images(root, source, where):
     images = []
     for item in sources:
         path = os.path.join(root, str(item))
+        if not os.path.exists(path) and str(item).startswith("../"):  # Roboflow's exports, as Ultralytics reads them
+            path = os.path.join(root, str(item)[3:])
         if os.path.isdir(path):
             found = [os.path.join(d, f) for d, _, files in os.walk(path) for f in files
                      if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")]
