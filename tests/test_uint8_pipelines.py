@@ -132,3 +132,26 @@ def test_to_tensor_in_the_middle_converts_to_unit_float():
     image = picture(5, 7, 1)
     out = transform(image)
     assert out.dtype == torch.float32 and torch.equal(out, image.flip(-1).float() / 255)
+
+
+def test_decode_draft_reads_a_large_jpeg_at_the_size_the_resize_needs(tmp_path):
+    from PIL import Image
+
+    from up_trainer.data.readers import decode_file
+    from up_trainer.errors import ConfigError
+    from up_trainer.tasks.cls.datasets import ImageFolderDataset
+
+    (tmp_path / "a").mkdir()
+    Image.fromarray(picture(192, 256, 0).permute(1, 2, 0).numpy()).save(tmp_path / "a" / "p.jpg", quality=95)
+    pipeline = [{"type": "Resize", "kwargs": {"size": 40}}, {"type": "CenterCrop", "kwargs": {"size": 32}}]
+    full = ImageFolderDataset(root=str(tmp_path), transforms=pipeline)
+    draft = ImageFolderDataset(root=str(tmp_path), transforms=pipeline, decode_draft=True)
+    assert full.draft is None and draft.draft == 40
+    assert decode_file(str(tmp_path / "a" / "p.jpg"), "RGB", draft=40).shape == (48, 64, 3)  # 1/4: short side >= 40
+    assert decode_file(str(tmp_path / "a" / "p.jpg"), "RGB", draft=(100, 100)).shape == (192, 256, 3)  # no 1/2 fits
+    a, b = full[0]["image"], draft[0]["image"]
+    assert a.shape == b.shape == (3, 32, 32)
+    assert (a.float() - b.float()).abs().mean() <= 3.0  # the decoder's reduction, not a different picture
+    with pytest.raises(ConfigError, match="decode_draft: needs a pipeline that starts with a Resize"):
+        ImageFolderDataset(root=str(tmp_path), transforms=[{"type": "RandomResizedCrop", "kwargs": {"size": 32}}],
+                           decode_draft=True)

@@ -16,9 +16,10 @@ Decoding (:func:`decode_file`):
   RGB) are decoded by ``torchvision.io`` (libjpeg-turbo / libpng, measured faster than Pillow
   for JPEG and identical pixel for pixel); everything else by Pillow, and everything where a
   torchvision without image decoding is installed (deprecated there since 0.29).
-- ``draft`` (JPEG only): let the decoder shrink the image by 1/2, 1/4 or 1/8 as long as it stays
-  at least that (w, h): a cheap decode for images a pipeline downsizes a lot. The pixels are
-  the decoder's DCT-domain reduction, not a full decode followed by a resize.
+- ``draft`` (JPEG only; a dataset's ``decode_draft``): the least size the pipeline needs, a short
+  side or (h, w) of the upright picture; the decoder may then shrink the image by 1/2, 1/4 or
+  1/8 while it stays at least that large: a cheap decode for photos a pipeline downsizes a lot.
+  Its pixels are the decoder's DCT-domain reduction, not a full decode followed by a resize.
 """
 import os
 
@@ -140,11 +141,30 @@ def _to_8bit(values):
     return ((values.clamp(0, 65535) * 255 + 32767) // 65535).to(torch.uint8)
 
 
+def _draft_request(img, least, exif_transpose):
+    """Pillow's draft size (stored orientation) for an upright result at least ``least`` (a
+    short side, or (h, w)); None when no reduction is possible."""
+    import math
+
+    width, height = img.size
+    turned = exif_transpose and img.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+    up_w, up_h = (height, width) if turned else (width, height)
+    if isinstance(least, int):
+        factor = least / min(up_w, up_h)
+    else:
+        factor = max(least[0] / up_h, least[1] / up_w)
+    if factor >= 0.5:  # the smallest reduction, 1/2, would go below it
+        return None
+    return math.ceil(width * factor), math.ceil(height * factor)
+
+
 def _decode_pillow(img, pil_mode, resize, exif_transpose, draft):
     from PIL import Image, ImageOps
 
     if draft is not None and img.format == "JPEG":
-        img.draft(pil_mode, tuple(int(v) for v in draft))  # before any pixel is read
+        request = _draft_request(img, draft, exif_transpose)
+        if request is not None:
+            img.draft(pil_mode, request)  # before any pixel is read
     if exif_transpose:
         img = ImageOps.exif_transpose(img)
     if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):  # 16-bit gray (Pillow would clip it to 255)

@@ -46,9 +46,23 @@ def _check_color_mode(color_mode):
                           did_you_mean(str(color_mode).upper(), COLOR_MODES))
 
 
-def load_image(path, color_mode, where=None, exif_transpose=True):
+def load_image(path, color_mode, where=None, exif_transpose=True, draft=None):
     """A uint8 CxHxW tensor; unreadable files become one DataError line."""
-    return read_image(path, color_mode, where, exif_transpose)
+    return read_image(path, color_mode, where, exif_transpose, draft)
+
+
+def draft_size_of(transform):
+    """``decode_draft``: the least upright size (a short side, or (h, w)) the pipeline's first
+    step, a Resize to a fixed size, needs from the decoder."""
+    from torchvision.transforms import v2
+
+    first = transform.transforms[0] if transform is not None else None
+    if not isinstance(first, v2.Resize) or first.max_size is not None:
+        raise ConfigError("decode_draft", "needs a pipeline that starts with a Resize to a fixed size (the "
+                          f"decoder must know what it may drop), here it starts with {first!r}",
+                          "put {type: Resize, kwargs: {size: 256}} first, or set decode_draft: false")
+    size = list(first.size)
+    return size[0] if len(size) == 1 else (size[0], size[1])
 
 
 def _check_exif(exif_transpose):
@@ -76,9 +90,18 @@ class ClsDatasetBase(FinalConversion, Dataset):
 
     num_classes: int
     classes: list
+    draft = None  # decode_draft: the least decoded size (readers.decode_file's draft), None: full size
 
     def __init__(self, transform):
         self.set_pipeline(transform)
+
+    def set_draft(self, decode_draft):
+        """``decode_draft: true``: JPEGs decoded at the least size the pipeline's first step needs
+        (Pillow's draft: a DCT-domain 1/2, 1/4 or 1/8 reduction, not the pixels of a full decode
+        and resize; for photos much larger than the model input)."""
+        if not isinstance(decode_draft, bool):
+            raise ConfigError("decode_draft", f"expected true or false, got {decode_draft!r}")
+        self.draft = draft_size_of(self.transform) if decode_draft else None
 
     def collate_fn(self, samples):
         return self.attach(collate_same_size(samples))
@@ -91,7 +114,8 @@ class ClsDatasetBase(FinalConversion, Dataset):
         (dataset.cache) plans its slots from: file datasets keep ``records`` (or ``samples``) of
         (path, label, ...) and a ``color_mode``; in-memory ones (digits) list none, and so do images
         read with exif_transpose: false (the cache holds images decoded the default way)."""
-        if not getattr(self, "exif_transpose", getattr(getattr(self, "reader", None), "exif_transpose", True)):
+        if not getattr(self, "exif_transpose", getattr(getattr(self, "reader", None), "exif_transpose", True)) \
+                or self.draft is not None:  # reduced JPEG decodes are not cached either
             return []
         rows = getattr(self, "records", None) or getattr(self, "samples", None) or []
         mode = PIL_MODE[getattr(self, "color_mode", "RGB")]
@@ -192,10 +216,11 @@ class ImageFolderDataset(ClsDatasetBase):
     """``root/<class>/<image>`` (sub-folders allowed); classes are the sorted folder names."""
 
     def __init__(self, root: str, transforms: Optional[list] = None, transformer: Optional[list] = None,
-                 color_mode: str = "RGB", exif_transpose: bool = True):
+                 color_mode: str = "RGB", exif_transpose: bool = True, decode_draft: bool = False):
         _check_color_mode(color_mode)
         self.exif_transpose = _check_exif(exif_transpose)
         super().__init__(_transforms(transforms, transformer))
+        self.set_draft(decode_draft)
         if not os.path.isdir(root):
             raise DataError(f"image_folder root is not a directory: {root}")
         self.root = root
@@ -221,7 +246,7 @@ class ImageFolderDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label = self.samples[index]
-        return load_image(path, self.color_mode, exif_transpose=self.exif_transpose), label
+        return load_image(path, self.color_mode, exif_transpose=self.exif_transpose, draft=self.draft), label
 
 
 # -- UP's cls meta files --------------------------------------------------------------------------
@@ -243,7 +268,7 @@ class ClsMetaDataset(ClsDatasetBase):
                  meta_type: Optional[str] = None, image_reader: Optional[dict] = None,
                  classes: Optional[list] = None, num_classes: Optional[int] = None,
                  check_files: bool = True, save_score: bool = False, inference_cfg: Optional[dict] = None,
-                 exif_transpose: Optional[bool] = None):
+                 exif_transpose: Optional[bool] = None, decode_draft: bool = False):
         self.save_score = bool(save_score)  # UP: the results file holds every class score
         if inference_cfg is not None:
             meta_file = self._inference_source(inference_cfg, meta_file)
@@ -261,6 +286,7 @@ class ClsMetaDataset(ClsDatasetBase):
             raise ConfigError("meta_type", f"{meta_type!r} is not one of {', '.join(self.META_TYPES)}",
                               did_you_mean(meta_type, self.META_TYPES))
         super().__init__(_transforms(transforms, transformer))
+        self.set_draft(decode_draft)
         self.meta_file = meta_file
         self.image_dir, self.color_mode = self.reader.image_dir, self.reader.color_mode
         self.records = self._parse(meta_file, meta_type)  # (path, label, line number)
@@ -359,4 +385,4 @@ class ClsMetaDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label, lineno = self.records[index]
-        return self.reader.read(path, where=f"{self.meta_file}:{lineno}"), label
+        return self.reader.read(path, where=f"{self.meta_file}:{lineno}", draft=self.draft), label
