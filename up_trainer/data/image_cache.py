@@ -254,19 +254,23 @@ def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
     if not images:
         return None
     need = sum(n for *_, n in images)
-    what = f"the {len(images)} images of {' and '.join(n for n, d in datasets if d is not None and n not in unlisted)}"
+    names = " and ".join(n for n, d in datasets if d is not None and n not in unlisted)
+    what = f"the {len(images)} image{'s' if len(images) != 1 else ''} of {names}"
     budget = ds_cfg.get("cache_bytes")
     if mode == "ram":
-        available = available_memory()
+        # the processes of a distributed run on this machine start together, each with its own cache
+        local = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+        available = available_memory() // local
+        share = f" per process ({local} on this machine)" if local > 1 else ""
         if budget is not None and need > budget:
             refuse("dataset.cache_bytes", what, need, f"dataset.cache_bytes is {format_size(budget)}",
                    f"set it to at least {format_size(need, True)}, or use dataset.cache: disk")
         if need > available:
-            refuse("dataset.cache", what, need, f"only {format_size(available)} of memory is available",
+            refuse("dataset.cache", what, need, f"only {format_size(available)} of memory is available{share}",
                    "use dataset.cache: disk, or none")
         if budget is None and need > RAM_SHARE * available:
             refuse("dataset.cache_bytes", what, need, f"the default budget is {RAM_SHARE:.0%} of the "
-                   f"{format_size(available)} of memory available", f"set dataset.cache_bytes: "
+                   f"{format_size(available)} of memory available{share}", f"set dataset.cache_bytes: "
                    f"{format_size(need, True)} to allow more, or use dataset.cache: disk")
         cache = ram_cache(images)
         budget_text = format_size(budget) if budget is not None else f"{RAM_SHARE:.0%} of available memory"

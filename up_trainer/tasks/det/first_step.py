@@ -169,7 +169,8 @@ def cached_first_step(dataset):
     memo = dataset.__dict__.get("_cached_step")
     if memo is None or memo[0]() is not cache or memo[1] is not dataset.transform:
         step = first_step(dataset)
-        memo = (weakref.ref(cache), dataset.transform, step if step is not None and step.step_id in cache.steps else None)
+        held = step is not None and step.step_id in cache.steps
+        memo = (weakref.ref(cache), dataset.transform, step if held else None)
         dataset._cached_step = memo
     return (memo[2], cache) if memo[2] is not None else None
 
