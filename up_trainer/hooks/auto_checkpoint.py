@@ -8,8 +8,10 @@ the start of an epoch, and the end of training. There the hook writes
 position, hook states, RNG) through the trainer's atomic store, which points
 ckpt_latest.pth at it. SIGTERM/SIGINT then end the run with exit 143/130, SIGUSR1/SIGUSR2 let
 it continue (UP's semantics). Signals that arrive during evaluation or a save are acted on
-at the next boundary; a stop request after the last iteration exits with its code once the
-final checkpoint is written.
+at the next boundary (the store holds them until a write is complete:
+engine/checkpoint_signals.py); a stop request after the last iteration exits with its code
+once the final checkpoint is written. The handlers are handed back only when no write of this
+run is in flight any more.
 
 Under DDP every rank must save and stop at the same iteration: at each boundary the ranks
 all-reduce (MAX) one small int holding the most severe request any of them received. The
@@ -151,8 +153,8 @@ class AutoCheckpoint(Hook):
             self._boundary(trainer)
 
     def after_train(self, trainer):
+        self._restore_handlers_after_writes(trainer)  # a signal during the last write is queued: read after it
         level = max_over_ranks(trainer, self._take(), self._group)
-        self._restore_handlers_after_writes(trainer)
         name = _BY_SEVERITY.get(level)
         if name in EXIT_CODES:  # a stop request after the last iteration: the final checkpoint exists
             raise TrainingInterrupted(EXIT_CODES[name], f"{name} received; training had finished")
