@@ -169,7 +169,8 @@ class Trainer:
         try:
             self.store.flush()
         except (TrainingInterrupted, KeyboardInterrupt):
-            log.warning("stop signal during the last checkpoint write: the write completed; the run ends with its error")
+            log.warning("stop signal during the last checkpoint write: the write completed; the run ends with "
+                        "its error")
         except BaseException as exc:
             log.error("checkpoint write failed as well: %s", exc)
 
