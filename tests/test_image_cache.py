@@ -14,7 +14,8 @@ from conftest import tiny_cfg, write_cfg
 from test_train_e2e import assert_state_equal, load, train
 from up_trainer.config.schema import validate
 from up_trainer.data import readers
-from up_trainer.data.image_cache import FILLED, EMPTY, ImageCache, install, open_image_cache
+from up_trainer.data.image_arena import EMPTY, FILLED, ImageCache
+from up_trainer.data.image_cache import install, open_image_cache
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.data.worker_advice import worker_advice
 from up_trainer.engine.builder import build_dataset

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..config.cache_keys import format_size
-from .image_cache import EMPTY, FILLED, SLOT, UNVERIFIED, ImageCache, refuse
+from .image_arena import EMPTY, FILLED, SLOT, UNVERIFIED, ImageCache, refuse
 
 INDEX, TABLE, DATA, LOCK = "images.index.json", "images.table", "images.data", "images.lock"
 VERSION = 2
