@@ -20,9 +20,17 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 @pytest.fixture
 def normalize_on():
-    """Set dataset.normalize_on for the datasets a test builds; the default is restored after."""
+    """dataset.normalize_on for the datasets a test builds, through the run's build_dataset;
+    the module's setting is restored after."""
+    saved = mi.normalize_on()
     yield mi.set_normalize_on
-    mi.set_normalize_on("device")
+    mi.set_normalize_on(saved)
+
+
+def build(entry):
+    from up_trainer.engine.builder import build_dataset
+
+    return build_dataset(entry, "dataset.train")
 
 
 def pixels(*shape, seed=0):
@@ -85,13 +93,11 @@ def test_two_normalizes_fold_into_one():
 
 # -- where it runs: workers or device ------------------------------------------------------------
 def image_folder(tmp_path, pipeline):
-    from up_trainer.tasks.cls.datasets import ImageFolderDataset
-
     for k in range(4):
         folder = tmp_path / f"c{k % 2}"
         folder.mkdir(exist_ok=True)
         Image.fromarray(pixels(20 + k, 24, 3, seed=k).numpy()).save(folder / f"{k}.png")
-    return ImageFolderDataset(root=str(tmp_path), transforms=pipeline)
+    return build({"type": "image_folder", "kwargs": {"root": str(tmp_path), "transforms": pipeline}})
 
 
 CLS_PIPELINE = [{"type": "torch_random_resized_crop", "kwargs": {"size": 16}},
@@ -146,8 +152,6 @@ def test_batch_mixing_sees_the_converted_images(tmp_path, normalize_on):
 
 
 def test_detection_device_input_equals_workers_input(tmp_path, normalize_on):
-    from up_trainer.tasks.det.datasets import CocoDetection
-
     (tmp_path / "img").mkdir()
     images, anns = [], []
     for k in range(3):
@@ -162,7 +166,8 @@ def test_detection_device_input_equals_workers_input(tmp_path, normalize_on):
     out = {}
     for where in ("workers", "device"):
         normalize_on(where)
-        ds = CocoDetection(ann_file=str(tmp_path / "ann.json"), img_dir=str(tmp_path / "img"), transforms=pipeline)
+        ds = build({"type": "coco", "kwargs": {"ann_file": str(tmp_path / "ann.json"), "img_dir": str(tmp_path / "img"),
+                                               "transforms": pipeline}})
         out[where] = batch_to_model(batch_of(ds), "cpu")
     for a, b in zip(out["device"]["image"], out["workers"]["image"]):
         assert a.dtype == torch.float32 and torch.equal(a, b)
@@ -175,10 +180,19 @@ def test_normalize_on_is_a_checked_config_key():
     from up_trainer.errors import ConfigError
 
     base = {"train": {"type": "digits"}}
-    assert validate_section("dataset", base)["normalize_on"] == "device"
+    assert validate_section("dataset", base)["normalize_on"] == "auto"
     assert validate_section("dataset", dict(base, normalize_on="workers"))["normalize_on"] == "workers"
     with pytest.raises(ConfigError, match="dataset.normalize_on"):
         validate_section("dataset", dict(base, normalize_on="gpu"))
+
+
+def test_auto_is_device_on_an_accelerator_and_workers_on_the_cpu(normalize_on):
+    normalize_on("auto", "cpu")
+    assert mi.normalize_on() == "workers"
+    normalize_on("auto", torch.device("cuda", 0))
+    assert mi.normalize_on() == "device"
+    normalize_on("device", "cpu")
+    assert mi.normalize_on() == "device"
 
 
 def test_render_draws_uint8_images_as_they_are():

@@ -118,10 +118,10 @@ SCHEMAS = {
         "prefetch_factor": Field((int, type(None)), None, "batches each worker loads ahead (DataLoader's default 2 "
                                                           "when null; needs num_workers > 0)", minimum=1),
         "drop_last": Field(bool, False, "drop the last incomplete training batch"),
-        "normalize_on": Field(str, "device", "where the pipeline's final conversion (to float, to_tensor / "
-                              "normalize) runs: device (workers send uint8 batches; converted after the copy to "
-                              "the device) or workers (at the end of each sample's pipeline)",
-                              choices=["device", "workers"]),
+        "normalize_on": Field(str, "auto", "where the pipeline's final conversion (to float, to_tensor / "
+                              "normalize) runs: device (workers send uint8 batches, converted after the copy to "
+                              "the device), workers (at the end of each sample's pipeline) or auto (device on an "
+                              "accelerator, workers on the CPU)", choices=["auto", "device", "workers"]),
         "cache": Field((str, bool), "none", "decoded images kept for later epochs, once for all workers: none, ram "
                                            "(shared memory) or disk (files in cache_dir); true means ram"),
         "cache_bytes": Field((int, str, type(None)), None, "the cache's budget, bytes or a size like 8GB (default: "

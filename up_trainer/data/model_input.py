@@ -13,8 +13,10 @@ Normalize) off it and folds them into one ModelInput. A pipeline without them st
 ``ModelInput()`` (scale 1/255, no normalization): models receive float [0, 1] as they always did.
 
 Where it runs is ``dataset.normalize_on``: ``workers`` applies it at the end of each sample's
-pipeline; ``device`` (the default) leaves the images uint8 through collation and the copy to
-the device, and :func:`batch_to_model` converts the batch there (4x fewer bytes to move). A
+pipeline; ``device`` leaves the images uint8 through collation and the copy to the device, and
+:func:`batch_to_model` converts the batch there (4x fewer bytes to move); ``auto`` (the config's
+default) is ``device`` on an accelerator and ``workers`` on the CPU. Datasets constructed outside
+a run's builder (tools, tests) convert on the device unless told with ``convert_in``. A
 batch that still needs its conversion carries it under ``batch["model_input"]``, so every
 consumer (training, evaluation, dry runs, hooks) converts it the same way by calling
 :func:`batch_to_model` instead of ``to_device``.
@@ -30,16 +32,22 @@ import torch
 
 from ..errors import ConfigError
 
-NORMALIZE_ON = ("device", "workers")
+NORMALIZE_ON = ("auto", "device", "workers")
 _normalize_on = "device"
 
 
-def set_normalize_on(where):
-    """``dataset.normalize_on`` for the datasets built from now on (the builder sets it before
-    the datasets are read; forked DataLoader workers inherit it, as the datasets do)."""
+def set_normalize_on(where, device=None):
+    """``dataset.normalize_on`` for the datasets the run builds from now on (engine.builder's
+    build_dataset applies it, reload hooks' rebuilds included; forked DataLoader workers inherit
+    the datasets). A dataset constructed directly converts on the device. ``auto``:
+    ``device`` when ``device`` is an accelerator; on the CPU ``workers``, where the conversion
+    runs beside the training step instead of inside it (the main process is the CPU run's
+    bottleneck, and a uint8 batch saves no copy there)."""
     global _normalize_on
     if where not in NORMALIZE_ON:
         raise ConfigError("dataset.normalize_on", f"{where!r} is not one of {', '.join(NORMALIZE_ON)}")
+    if where == "auto":
+        where = "workers" if device is None or torch.device(device).type == "cpu" else "device"
     _normalize_on = where
 
 
@@ -245,8 +253,13 @@ class FinalConversion:
     def set_pipeline(self, transform):
         """Keep ``transform`` without its trailing conversion steps; remember their ModelInput."""
         self.transform, self.model_input = split_model_input(transform)
-        self.convert_in_workers = normalize_on() == "workers"
         return self.transform
+
+    def convert_in(self, where):
+        """``workers``: samples end converted; ``device``: batches carry their conversion."""
+        if where not in ("device", "workers"):
+            raise ValueError(f"convert_in: {where!r} is not device or workers")
+        self.convert_in_workers = where == "workers"
 
     def finish(self, image):
         return self.model_input(image) if self.convert_in_workers else image

@@ -5,7 +5,7 @@ import os
 import torch
 
 from ..config.redact import remember_secrets
-from ..data.model_input import set_normalize_on
+from ..data.model_input import normalize_on, set_normalize_on
 from ..data.readers import set_max_image_pixels
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
@@ -54,7 +54,10 @@ def build_dataset(entry, path, evaluator_cfg_out=None):
         else:
             kwargs.pop("evaluator")
     entry["kwargs"] = kwargs
-    return DATASETS.build(entry, path)
+    dataset = DATASETS.build(entry, path)
+    if hasattr(dataset, "convert_in"):  # our datasets: where their model-input step runs (dataset.normalize_on)
+        dataset.convert_in(normalize_on())
+    return dataset
 
 
 def log_data_summary(datasets):
@@ -148,7 +151,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
 
     ds = cfg["dataset"]
     up_eval = []
-    set_normalize_on(ds["normalize_on"])  # datasets built from here on (reload hooks' included) follow it
+    set_normalize_on(ds["normalize_on"], device)  # datasets built from here on (reload hooks' too) follow it
     train_set = build_dataset(ds["train"], "dataset.train", up_eval)
     if with_optim and train_set is not None:
         require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
