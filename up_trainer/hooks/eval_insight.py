@@ -4,6 +4,7 @@ import os
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..writers.run_files import storage_error
 from .base import Hook
 
 log = logging.getLogger("up")
@@ -21,7 +22,9 @@ def write_insight(trainer, results, num_wrong=16, score_thr=0.3):
     saved = rng_state()  # reading test images may draw random transforms: a resume stays exact
     try:
         return insight(results, trainer.results_dir, dataset=trainer.loaders.test_set, **kwargs)
-    except Exception as exc:  # a plotting or data problem must not fail the run
+    except Exception as exc:  # a plotting or data problem must not fail the run ...
+        if storage_error(exc) is not None:  # ... a full disk ends it as for any run file (writers/run_files.py)
+            raise storage_error(exc) from None
         log.warning("evaluation insight not written: %s: %s", type(exc).__name__, exc)
         return None
     finally:
@@ -68,21 +71,17 @@ class EvalInsight(Hook):
 
     def _to_tensorboard(self, trainer, insight):
         try:
-            if self._writer is None:
-                from tensorboardX import SummaryWriter  # lazy: heavy, and only rank 0 writes
+            if self._writer is None:  # lazy: tensorboardX is heavy, and only rank 0 writes
+                from ..writers.tensorboard import TensorboardWriter
 
-                # Its own file name: tensorboardX names files by the second and opens them 'wb', so
-                # two writers started in one second (the logger's, this one) would share one file
-                # and overwrite each other's records.
-                self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir),
-                                             filename_suffix=".insight")
+                self._writer = TensorboardWriter.extra_file(os.path.join(trainer.run_dir, self.logdir), ".insight")
         except ImportError as exc:
             log.warning("eval_insight: no TensorBoard output (%s)", exc)
             self.tensorboard = False
             return
         epoch = trainer.state.epoch
         for tag, image in insight.images.items():
-            self._writer.add_image(tag, image.numpy(), global_step=epoch, dataformats="CHW")
+            self._writer.add_image(tag, image.numpy(), epoch)
         for tag, value in insight.scalars.items():
             self._writer.add_scalar(tag, value, epoch)
         self._writer.flush()

@@ -52,18 +52,15 @@ class Visualize(Hook):
 
         save_png(grid, path)
         if self.tensorboard:
-            self._tb(trainer).add_image("vis/predictions", grid.numpy(), global_step=trainer.state.iter,
-                                        dataformats="CHW")
+            self._tb(trainer).add_image("vis/predictions", grid.numpy(), trainer.state.iter)
             self._writer.flush()
         log.info("visualize: %s", path)
 
     def _tb(self, trainer):
-        if self._writer is None:
-            from tensorboardX import SummaryWriter  # lazy: heavy, and only rank 0 writes
+        if self._writer is None:  # lazy: tensorboardX is heavy, and only rank 0 writes
+            from ..writers.tensorboard import TensorboardWriter
 
-            # its own file (see eval_insight: same-second writers would share one 'wb' file)
-            self._writer = SummaryWriter(os.path.join(trainer.run_dir, self.logdir),
-                                         filename_suffix=".visualize")
+            self._writer = TensorboardWriter.extra_file(os.path.join(trainer.run_dir, self.logdir), ".visualize")
         return self._writer
 
     @torch.no_grad()

@@ -25,6 +25,19 @@ class TensorboardWriter:
 
     def __init__(self, logdir: str, start_iter: int = 0, start_epoch: int = 0, flush_secs: int = 30,
                  max_queue: int = 100):
+        self._open(logdir, flush_secs, max_queue, trim_to=(start_iter, start_epoch))
+
+    @classmethod
+    def extra_file(cls, logdir, suffix):
+        """Another event file in ``logdir`` for a hook's own records (eval_insight, visualize),
+        written the same way. ``suffix`` keeps its name apart (tensorboardX names files by the
+        second and opens them 'wb': two files started in one second would be one); nothing is
+        trimmed (the logger's writer trims every file of the logdir when the run starts)."""
+        writer = cls.__new__(cls)
+        writer._open(logdir, 30, 100, suffix=suffix)
+        return writer
+
+    def _open(self, logdir, flush_secs, max_queue, trim_to=None, suffix=""):
         from tensorboardX.event_file_writer import EventsWriter
 
         self.logdir = logdir
@@ -32,17 +45,27 @@ class TensorboardWriter:
         self._pending, self._flushed_at = 0, time.monotonic()
         self._failed = False  # a write failed: reported once, nothing more is written
         with writing(logdir):
-            if os.path.isdir(logdir):
-                trim_event_files(logdir, start_iter, start_epoch)
+            if trim_to is not None and os.path.isdir(logdir):
+                trim_event_files(logdir, *trim_to)
             os.makedirs(logdir, exist_ok=True)
-            self._events = EventsWriter(os.path.join(logdir, "events"))  # events.out.tfevents.<time>.<host>
+            # events.out.tfevents.<time>.<host><suffix>
+            self._events = EventsWriter(os.path.join(logdir, "events"), filename_suffix=suffix)
         self.path = getattr(self._events, "_file_name", logdir)  # named in a failed write's message
 
     def add_scalar(self, tag, value, step):
-        from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.proto.summary_pb2 import Summary
 
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self._add(Summary(value=[Summary.Value(tag=tag, simple_value=float(value))]), step)
+
+    def add_image(self, tag, image, step):
+        """``image``: a CxHxW uint8 (or float in [0, 1]) array, stored as PNG."""
+        from tensorboardX.summary import image as image_summary
+
+        self._add(image_summary(tag, image, dataformats="CHW"), step)
+
+    def _add(self, summary, step):
+        from tensorboardX.proto.event_pb2 import Event
+
         self._guarded(self._events.write_event, Event(wall_time=time.time(), step=int(step), summary=summary))
         self._pending += 1
         if self._pending >= self.max_queue or time.monotonic() - self._flushed_at >= self.flush_secs:
