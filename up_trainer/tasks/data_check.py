@@ -262,6 +262,8 @@ def summary_line(ds, path):
     """One line on a dataset's annotations for train.log (no image read, no file hashed):
     counts, classes without any example, records skipped as bad, boxes on the border. None
     for datasets that generate their samples (nothing on disk to go wrong)."""
+    if getattr(ds, "generates_samples", False):
+        return None
     records = getattr(ds, "records", None)
     classes = list(getattr(ds, "classes", None) or [])
     if records and isinstance(records[0], dict) and "boxes" in records[0]:

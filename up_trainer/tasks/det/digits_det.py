@@ -70,6 +70,8 @@ class DigitsDetection(DetDataset):
     from disjoint halves of the 1797 source digits (every 5th digit is val), so val measures
     generalisation to unseen handwriting."""
 
+    generates_samples = True  # records hold no labels: nothing on disk for a data check to read
+
     def __init__(self, split: str = "train", num_images: int = 1000, canvas_size: int = 64,
                  digits_per_image: list = (1, 4), scale_range: list = (12, 24), noise: float = 0.05,
                  seed: int = 0, channels: int = 3, transforms: Optional[list] = None,
