@@ -4,14 +4,21 @@ the layers or within one, and no module imports itself back through others.
 Layers, lowest first. A module may import its own layer and the ones below, never above:
 
 0. errors                       what a user did wrong, as exceptions
-1. registry, config, exits      names -> builders; YAML -> validated dict; the exit-code policy
+1. registry, config, exits, paths
+                                names -> builders; YAML -> validated dict; the exit-code policy;
+                                opening user-named inputs and guarding outputs
 2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
 4. engine                       trainer, hook dispatch, checkpoints, optimization, the builder
 5. hooks                        every feature of a run, on top of the engine's events
 6. run, predict, flops, export  what the commands do
-7. cli, __main__                the `up` command
+7. cli, click_errors, __main__  the `up` command
+
+Across the layers runs one more boundary: UP's dialect. The modules that read UP's form
+(config/up_*, tasks/up_nets, engine/up_*) are imported only by each other and by the
+translation entry points below; everything else sees native structures and never asks which
+dialect a run came from.
 """
 import ast
 import os
@@ -22,13 +29,13 @@ from conftest import REPO
 PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
-    ["registry", "config", "exits"],
+    ["registry", "config", "exits", "paths"],
     ["weights", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks"],
     ["engine"],
     ["hooks"],
     ["run", "predict", "flops", "export"],
-    ["cli", "__main__"],
+    ["cli", "click_errors", "__main__"],
 ]
 
 
@@ -117,6 +124,31 @@ def cycles(graph):
     return out
 
 
+UP_FORM = re.compile(rf"^{PACKAGE}\.(config\.up_\w+|tasks\.up_nets(\.\w+)?|engine\.up_\w+)$")
+# module -> why it may hand UP's form to the modules that read it
+TRANSLATION_ENTRY_POINTS = {
+    f"{PACKAGE}.config": "resolve_config translates a file into the native form (config/up_form.py)",
+    f"{PACKAGE}.tasks.net": "build_model and check_net hand a UP net list to its reader (tasks/up_nets)",
+}
+
+
+# Crossings not yet moved behind the translation, each with what keeps it. The list only
+# shrinks: a new crossing fails, and so does one that is gone but still listed here.
+KNOWN_CROSSINGS = {
+    f"{PACKAGE}.engine.lr_schedulers imports {PACKAGE}.engine.up_lr_schedulers":
+        "CosineAnnealingLR with kwargs.warmup_iter (UP's shifted cosine) is read by the engine",
+    f"{PACKAGE}.engine.optim imports {PACKAGE}.engine.up_param_groups":
+        "optimizer.register_type: yolov5 is read by the engine",
+    f"{PACKAGE}.engine.param_groups imports {PACKAGE}.engine.up_param_groups":
+        "optimizer.pconfig (UP's parameter groups) is read by the engine",
+}
+
+
+def up_boundary_crossings(graph):
+    return sorted(f"{a} imports {b}" for a, deps in graph.items() for b in deps
+                  if UP_FORM.match(b) and not UP_FORM.match(a) and a not in TRANSLATION_ENTRY_POINTS)
+
+
 def test_every_module_has_a_layer():
     for name in modules(REPO):
         layer_of(name)
@@ -128,6 +160,30 @@ def test_no_import_runs_upward():
 
 def test_no_import_cycles():
     assert cycles(import_graph(REPO)) == []
+
+
+def test_only_the_translation_imports_up_form_modules():
+    crossings = up_boundary_crossings(import_graph(REPO))
+    assert [c for c in crossings if c not in KNOWN_CROSSINGS] == []
+    assert [c for c in KNOWN_CROSSINGS if c not in crossings] == [], "moved: drop it from KNOWN_CROSSINGS"
+
+
+def test_the_up_boundary_check_sees_a_crossing(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for sub in ("engine", "config", "tasks/up_nets"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tasks" / "__init__.py").write_text("")
+    (pkg / "config" / "__init__.py").write_text("from .up_form import translate\n")
+    (pkg / "config" / "up_form.py").write_text("from .up_dataset import x\n")
+    (pkg / "config" / "up_dataset.py").write_text("x = 1\n")
+    (pkg / "engine" / "builder.py").write_text("def f():\n    from ..tasks.up_nets import is_up_net\n")
+    (pkg / "engine" / "optim.py").write_text("from . import up_param_groups\n")
+    (pkg / "engine" / "up_param_groups.py").write_text("")
+    assert up_boundary_crossings(import_graph(str(tmp_path))) == [
+        f"{PACKAGE}.engine.builder imports {PACKAGE}.tasks.up_nets",
+        f"{PACKAGE}.engine.optim imports {PACKAGE}.engine.up_param_groups"]
 
 
 def test_the_checks_see_function_local_imports(tmp_path):

@@ -277,7 +277,7 @@ def test_save_score_keeps_every_class_score_in_the_results(tmp_path):
     from up_trainer.engine.builder import build_evaluator
 
     ev = build_evaluator({"dataset": {"evaluator": {"type": "imagenet", "kwargs": {"topk": [1]}}}},
-                         types.SimpleNamespace(save_score=True), None)
+                         types.SimpleNamespace(save_score=True))
     scores = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.25, 0.25]])
     ev.process({"index": torch.tensor([0, 1]), "label": torch.tensor([1, 2])}, {"scores": scores})
     ev.write_results(ev.results(), str(tmp_path / "results.jsonl"))

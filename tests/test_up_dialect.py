@@ -63,8 +63,8 @@ def test_up_file_translated_into_native_keys(tmp_path):
     cfg = resolve_config(write(tmp_path, UP_FILE))
     assert "num_classes" not in cfg and "flip" not in cfg
     ds = cfg["dataset"]
-    assert ds["train"] == {"type": "digits", "kwargs": {"split": "train",
-                                                        "transformer": [{"type": "torch_random_horizontal_flip"}]}}
+    assert ds["train"] == {"type": "digits", "kwargs": {"split": "train",  # UP's transformer, renamed
+                                                        "transforms": [{"type": "torch_random_horizontal_flip"}]}}
     assert ds["test"] == {"type": "digits", "kwargs": {"split": "test"}}
     assert (ds["batch_size"], ds["test_batch_size"], ds["fix_seed"], ds["pin_memory"]) == (8, 4, True, True)
     assert ds["batch_fn"] == {"type": "batch_mixup", "kwargs": {"alpha": 0.2, "num_classes": 10}}
@@ -73,6 +73,23 @@ def test_up_file_translated_into_native_keys(tmp_path):
     assert origin["form"] == "UP" and len(origin["sha256"]) == 64
     assert any("random_seed: 131" in n for n in origin["notes"])
     assert any("pin_memory" in n and "differs" in n for n in origin["notes"])
+    assert "dataset.train.kwargs.transformer: read as transforms" in origin["notes"]
+
+
+def test_evaluator_in_dataset_kwargs_moves_to_dataset_evaluator(tmp_path):
+    """UP keeps the evaluator in a dataset's kwargs: the translation moves the first one found
+    to dataset.evaluator, so what builds the run reads one place."""
+    up_eval = {"type": "imagenet", "kwargs": {"topk": [1]}}
+    text = UP_FILE.replace("kwargs: {split: test}", "kwargs: {split: test, evaluator: {type: imagenet, kwargs: "
+                           "{topk: [1]}}}")
+    assert text != UP_FILE
+    cfg = resolve_config(write(tmp_path, text))
+    assert cfg["dataset"]["evaluator"] == up_eval and cfg["dataset"]["test"]["kwargs"] == {"split": "test"}
+    assert "dataset.test.kwargs.evaluator: moved to dataset.evaluator" in cfg["origin"]["notes"]
+    given = {"type": "imagenet", "kwargs": {"topk": [1, 2]}}
+    cfg = resolve_config(write(tmp_path, text), opts=["dataset.evaluator={type: imagenet, kwargs: {topk: [1, 2]}}"])
+    assert cfg["dataset"]["evaluator"] == given and "evaluator" not in cfg["dataset"]["test"]["kwargs"]
+    assert "dataset.test.kwargs.evaluator: not used (dataset.evaluator is given)" in cfg["origin"]["notes"]
 
 
 def test_native_file_keeps_native_defaults(tmp_path):

@@ -145,10 +145,12 @@ def test_gradient_collector_errors(tmp_path, kwargs, match):
 
 
 def test_up_hooks_we_do_not_provide_are_refused_in_one_line():
-    from up_trainer.engine.builder import build_hooks
+    from up_trainer.config.up_form import translate
 
-    with pytest.raises(ConfigError, match=r"feature_vis is UP's feature-map visualisation.*use grad_cam"):
-        build_hooks([{"type": "feature_vis"}])
+    cfg = {"hooks": [{"type": "train_val_logger"}, {"type": "feature_vis"}]}
+    with pytest.raises(ConfigError, match=r"^hooks\[1\]\.type: feature_vis is UP's feature-map visualisation.*"
+                       "use grad_cam"):
+        translate(cfg)
 
 
 def test_memory_empty_builds_with_ups_kwargs():

@@ -245,10 +245,9 @@ def _check_up_net(net):
     """UP's net list is checked kwarg by kwarg, so ``up config`` fails where ``up train`` would
     (torch is imported only for such a list)."""
     if isinstance(net, list):
-        from .tasks.up_nets import check_up_net, is_up_net
+        from .tasks.net import check_net
 
-        if is_up_net(net):
-            check_up_net(net)
+        check_net(net)
 
 
 def origin_header(cfg):

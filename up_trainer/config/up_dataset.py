@@ -125,6 +125,36 @@ def _dataloader(entry, path, split, ds, notes):
                          f"{ds[key]!r}; one value (training's) serves both")
 
 
+def _evaluator_out_of_kwargs(ds, notes):
+    """UP keeps the evaluator inside a dataset's kwargs; ours is ``dataset.evaluator``. The
+    first one found (training split first) moves there unless one is given already."""
+    for split in SPLITS:
+        entry = ds.get(split)
+        if not (isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict) and "evaluator" in entry["kwargs"]):
+            continue
+        kwargs = dict(entry["kwargs"])
+        evaluator = kwargs.pop("evaluator")
+        ds[split] = {**entry, "kwargs": kwargs}
+        if ds.get("evaluator") is None:
+            ds["evaluator"] = evaluator
+            notes.append(f"dataset.{split}.kwargs.evaluator: moved to dataset.evaluator")
+        else:
+            notes.append(f"dataset.{split}.kwargs.evaluator: not used (dataset.evaluator is given)")
+
+
+def native_pipeline_key(cfg, notes):
+    """UP names a dataset's pipeline ``transformer``; ours is ``transforms``, so whatever
+    rebuilds a dataset (yolox_noaug, reload) replaces the pipeline under one name. Both given
+    are left for the dataset to refuse."""
+    ds = cfg.get("dataset")
+    for split in SPLITS if isinstance(ds, dict) else ():
+        entry = ds.get(split)
+        kwargs = entry.get("kwargs") if isinstance(entry, dict) else None
+        if isinstance(kwargs, dict) and "transformer" in kwargs and "transforms" not in kwargs:
+            entry["kwargs"] = {("transforms" if k == "transformer" else k): v for k, v in kwargs.items()}
+            notes.append(f"dataset.{split}.kwargs.transformer: read as transforms")
+
+
 def translate_dataset(cfg, notes):
     """Rewrite ``cfg['dataset']`` in place; the UP keys leave, the native ones arrive."""
     given = cfg.get("dataset")
@@ -160,5 +190,6 @@ def translate_dataset(cfg, notes):
         if key not in SPLITS and key not in shared and ds.get(key) != value:
             notes.append(f"dataset.{key}: {value!r} given explicitly; UP's loader value {ds[key]!r} not used")
             ds[key] = value
+    _evaluator_out_of_kwargs(ds, notes)
     given.clear()
     given.update(ds)

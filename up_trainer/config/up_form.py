@@ -12,7 +12,8 @@ one area (runtime, dataset, trainer, net) rewrites only that area. No torch impo
 import hashlib
 
 from ..errors import ConfigError, did_you_mean
-from .up_dataset import translate_dataset
+from .up_dataset import native_pipeline_key, translate_dataset
+from .up_hooks import refuse_unmapped_hooks
 from .up_trainer_defaults import apply_up_trainer_defaults
 
 UP_DEFAULT_SEED = 131  # UP's runner: runtime.random_seed defaults to 131
@@ -111,6 +112,8 @@ def translate(cfg, source_path=None):
         for step in UP_STEPS:
             step(cfg, notes)
     translate_dataset(cfg, notes)
+    native_pipeline_key(cfg, notes)
+    refuse_unmapped_hooks(cfg)
     previous = cfg.get("origin")
     if isinstance(previous, dict) and previous.get("form"):
         return cfg  # an already translated config (a run dir's config.yaml) keeps its record

@@ -41,19 +41,11 @@ def pick_device(flag, runtime_cfg):
     return torch.device("cpu")
 
 
-def build_dataset(entry, path, evaluator_cfg_out=None):
+def build_dataset(entry, path):
     if entry is None:
         return None
     from ..tasks.transforms import build_transforms  # noqa: F401  (registers transform names)
 
-    entry = dict(entry)
-    kwargs = dict(entry.get("kwargs") or {})
-    if "evaluator" in kwargs:  # UP keeps the evaluator inside the test dataset's kwargs
-        if evaluator_cfg_out is not None:
-            evaluator_cfg_out.append((kwargs.pop("evaluator"), join_path(path, "kwargs.evaluator")))
-        else:
-            kwargs.pop("evaluator")
-    entry["kwargs"] = kwargs
     dataset = DATASETS.build(entry, path)
     if hasattr(dataset, "convert_in"):  # our datasets: where their model-input step runs (dataset.normalize_on)
         dataset.convert_in(normalize_on())
@@ -71,18 +63,8 @@ def log_data_summary(datasets):
             log.info(line)
 
 
-def check_up_net_early(net):
-    """A UP net list is checked before the data is read (a refused UP type or kwarg is one
-    line, not a wait for the datasets and then an error)."""
-    from ..tasks.up_nets import check_up_net, is_up_net
-
-    if is_up_net(net):
-        check_up_net(net)
-
-
 def build_hooks(entries, path="hooks"):
     from .hooks import HookList, parse_priority
-    from .up_unmapped_hooks import refuse_unmapped_hook
 
     hooks = HookList()
     first_at = {}  # hook class -> path of its first entry
@@ -92,8 +74,6 @@ def build_hooks(entries, path="hooks"):
             raise ConfigError(p, f"expected a {{type, kwargs}} mapping, got {type(entry).__name__}")
         prio = parse_priority(entry["priority"], join_path(p, "priority")) if "priority" in entry else None
         if isinstance(entry.get("type"), str):  # a second instance is refused before any is built
-            if entry["type"] not in HOOKS:
-                refuse_unmapped_hook(entry["type"], join_path(p, "type"))
             cls = HOOKS.get(entry["type"], join_path(p, "type"))
             if cls in first_at and not cls.allow_multiple:
                 raise ConfigError(p, f"{entry['type']} is listed twice (first at {first_at[cls]}); it cannot run "
@@ -104,14 +84,11 @@ def build_hooks(entries, path="hooks"):
     return hooks
 
 
-def build_evaluator(cfg, test_set, up_form):
+def build_evaluator(cfg, test_set):
     ev_cfg = cfg["dataset"].get("evaluator")
-    path = "dataset.evaluator"
-    if ev_cfg is None and up_form:
-        ev_cfg, path = up_form[0]
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
-    evaluator = EVALUATORS.build(ev_cfg, path)
+    evaluator = EVALUATORS.build(ev_cfg, "dataset.evaluator")
     if getattr(test_set, "save_score", False) and hasattr(evaluator, "save_scores"):
         evaluator.save_scores = True
     if hasattr(evaluator, "load_files"):
@@ -123,7 +100,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     """Everything a run needs, constructed in an order that keeps RNG use deterministic."""
     from ..data.image_cache import open_image_cache
     from ..data.loader import LoaderFactory
-    from ..tasks.net import build_model
+    from ..tasks.net import build_model, check_net
     from .optim import Optimization
     from .trainer import Trainer
 
@@ -147,17 +124,16 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     seed_everything(rank_seed)
     device = pick_device(device, rt)
     hooks = build_hooks(cfg["hooks"])  # first: a hook typo fails before any slow work
-    check_up_net_early(cfg["net"])
+    check_net(cfg["net"])
 
     ds = cfg["dataset"]
-    up_eval = []
     set_normalize_on(ds["normalize_on"], device)  # datasets built from here on (reload hooks' too) follow it
-    train_set = build_dataset(ds["train"], "dataset.train", up_eval)
+    train_set = build_dataset(ds["train"], "dataset.train")
     if with_optim and train_set is not None:
         require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
-    test_set = build_dataset(ds["test"], "dataset.test", up_eval)
+    test_set = build_dataset(ds["test"], "dataset.test")
     log_data_summary((("dataset.train", train_set), ("dataset.test", test_set)))
-    evaluator = build_evaluator(cfg, test_set, up_eval) if test_set is not None else None
+    evaluator = build_evaluator(cfg, test_set) if test_set is not None else None
     # before any loader: forked workers inherit the cache and share its one arena
     open_image_cache(ds, [("dataset.train", train_set), ("dataset.test", test_set)],
                      resolve_path(ds["cache_dir"] or "image_cache", work_dir), dist.rank, dist.world_size)

@@ -35,7 +35,7 @@ def quiet_log():
         logger.disabled = saved
 
 
-def check_dataset(entry, path, evaluators):
+def check_dataset(entry, path):
     if entry is None:
         return
     from ..tasks.transforms import build_transforms
@@ -53,8 +53,6 @@ def check_dataset(entry, path, evaluators):
     if not isinstance(kwargs, dict):
         raise ConfigError(kwpath, f"expected a mapping, got {type(kwargs).__name__}")
     kwargs = dict(kwargs)
-    if "evaluator" in kwargs:  # UP keeps the evaluator inside the test dataset's kwargs
-        evaluators.append((kwargs.pop("evaluator"), join_path(kwpath, "evaluator")))
     check_kwargs(cls, kwargs, kwpath)
     for key in TRANSFORM_KWARGS:
         if kwargs.get(key) is not None:
@@ -101,13 +99,10 @@ def check_buildable(cfg):
         check_speed_settings(cfg["runtime"])
         build_hooks(cfg["hooks"])
         ds = cfg["dataset"]
-        evaluators = []
-        check_dataset(ds["train"], "dataset.train", evaluators)
-        check_dataset(ds["test"], "dataset.test", evaluators)
+        check_dataset(ds["train"], "dataset.train")
+        check_dataset(ds["test"], "dataset.test")
         if ds.get("evaluator") is not None:
             EVALUATORS.build(ds["evaluator"], "dataset.evaluator")
-        for ev_cfg, path in evaluators:
-            EVALUATORS.build(ev_cfg, path)
         if ds.get("batch_fn") is not None:
             BATCH_FNS.build(ds["batch_fn"], "dataset.batch_fn")
         check_net_and_optimization(cfg)

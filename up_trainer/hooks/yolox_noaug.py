@@ -121,8 +121,7 @@ class YoloxNoAug(Hook):
         if not isinstance(entry, dict) or "type" not in entry:
             raise ConfigError(f"hooks.{self.name}", "needs dataset.train given as {type, kwargs} to rebuild it")
         kwargs = dict(entry.get("kwargs") or {})
-        key = "transformer" if "transformer" in kwargs else "transforms"  # UP's name, else ours
-        kwargs[key] = copy.deepcopy(self.transformer)
+        kwargs["transforms"] = copy.deepcopy(self.transformer)  # the translation named it so (up_dataset.py)
         entry["kwargs"] = kwargs
         check_kwargs(DATASETS.get(entry["type"], "dataset.train.type"), kwargs, "dataset.train.kwargs")
         return entry

@@ -63,6 +63,16 @@ def _build_entry(entry, path):
     return MODELS.build({"type": entry["type"], "kwargs": entry.get("kwargs") or {}}, path)
 
 
+def check_net(net_cfg):
+    """What can be checked of the ``net`` section before any data is read: a UP net list kwarg
+    by kwarg (a refused UP type or kwarg is one line, not a wait for the datasets first)."""
+    if isinstance(net_cfg, list):
+        from .up_nets import check_up_net, is_up_net
+
+        if is_up_net(net_cfg):
+            check_up_net(net_cfg)
+
+
 def build_model(net_cfg, path="net"):
     """An nn.Module from the ``net`` section (see the module docstring for the two forms)."""
     if isinstance(net_cfg, dict):

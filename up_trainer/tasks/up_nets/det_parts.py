@@ -2,8 +2,6 @@
 UP's max-IoU matcher, UP's extra pyramid levels, focal and L1 losses normalised by the batch's
 positive count, RetinaNet over foreground classes only, and no resize or normalisation inside
 the detector (UP's data pipeline does both)."""
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -12,22 +10,9 @@ from torchvision.models.detection.retinanet import (RetinaNet, RetinaNetClassifi
                                                     RetinaNetRegressionHead)
 from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops import sigmoid_focal_loss
-from torchvision.ops.feature_pyramid_network import ExtraFPNBlock
 
-
-def up_cell_anchors(stride, ratios, scales):
-    """UP's ``hand_craft`` anchors of one level (its default, non-aligned rule): a
-    stride x stride window [0, stride - 1], reshaped per ratio with widths rounded, then scaled;
-    ratios outer, scales inner (torchvision's order too)."""
-    ctr = (stride - 1) / 2
-    out = []
-    for r in ratios:
-        w = round(math.sqrt(stride * stride / r))
-        h = round(w * r)
-        for s in scales:
-            ws, hs = w * s, h * s
-            out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
-    return torch.tensor(out, dtype=torch.float32)
+from ..det.pyramid_levels import ExtraLevels as UPExtraLevels  # noqa: F401  (the UP readers' name)
+from ..det.pyramid_levels import cell_anchors as up_cell_anchors
 
 
 class UPAnchorGenerator(AnchorGenerator):
@@ -74,34 +59,6 @@ class UPMatcher(nn.Module):
             extra = near.any(dim=0)
             out[extra] = matches[extra]
         return out
-
-
-class UPExtraLevels(ExtraFPNBlock):
-    """UP's levels above the backbone's: ``pool`` takes P5 through 1x1 max-pools of stride 2;
-    ``conv`` takes 3x3 stride-2 convs (no activation between them) from C5's lateral output,
-    or from P5 with ``use_p5``."""
-
-    def __init__(self, count, mode, channels, use_p5=False):
-        super().__init__()
-        self.mode, self.use_p5, self.count = mode, use_p5, count
-        if mode == "conv":
-            self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, 2, 1) for _ in range(count))
-        self._fpn = []
-
-    def attach(self, fpn):
-        self._fpn = [fpn]  # a list: the FPN owns this block, no module cycle
-
-    def forward(self, results, x, names):
-        if self.mode == "pool":
-            src = results[-1]
-        else:
-            src = results[-1] if self.use_p5 else self._fpn[0].get_result_from_inner_blocks(x[-1], -1)
-        level = len(results)
-        for i in range(self.count):
-            src = F.max_pool2d(src, 1, 2, 0) if self.mode == "pool" else self.convs[i](src)
-            results.append(src)
-            names.append(f"p{level + i}")
-        return results, names
 
 
 def _positives(matched_idxs):

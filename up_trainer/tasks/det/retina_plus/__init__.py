@@ -47,7 +47,7 @@ def atss(num_classes: int, backbone: str = "resnet18", returned_layers: Optional
          pretrained_backbone: Optional[str] = None):
     """ATSS RetinaNet (UP's "improve" recipe): QFL, GIoU (+ L1), IoU branch, per-level BN head."""
     from ..models import build_fpn_backbone, _feature_strides
-    from ...up_nets.det_parts import UPExtraLevels, up_cell_anchors
+    from ..pyramid_levels import ExtraLevels, cell_anchors
 
     _positive("num_classes", num_classes, integer=True)
     for name, value in (("fpn_channels", fpn_channels), ("head_convs", head_convs), ("top_k", top_k),
@@ -69,7 +69,7 @@ def atss(num_classes: int, backbone: str = "resnet18", returned_layers: Optional
             raise ConfigError(name, f"expected a non-empty list of positive numbers, got {values!r}")
     body, fpn, ch = build_fpn_backbone(backbone, returned_layers, fpn_channels, "none", trainable_layers, frozen_bn)
     if extra_levels:  # UP's `downsample: conv`: stride-2 3x3 convs from C5's lateral output
-        extra = UPExtraLevels(extra_levels, "conv", ch)
+        extra = ExtraLevels(extra_levels, "conv", ch)
         fpn.extra_blocks = extra
         extra.attach(fpn)
     strides = _feature_strides(body, fpn)
@@ -83,7 +83,7 @@ def atss(num_classes: int, backbone: str = "resnet18", returned_layers: Optional
     post = RetinaPlusPredictor(coder, predictor, score_thresh, pre_nms_top_n, pre_nms_top_n, nms_thresh,
                                detections_per_img)
     model = RetinaPlusModel(body, fpn, head, criterion, post, strides,
-                            [up_cell_anchors(s, ratios, scales) for s in strides],
+                            [cell_anchors(s, ratios, scales) for s in strides],
                             image_mean=image_mean, image_std=image_std)
     if pretrained_backbone:
         model.load_pretrained(pretrained_backbone, backbone_only=True)

@@ -1,6 +1,6 @@
 """From the head's maps to boxes: anchors, flattening, decoding, and UP's two predictors.
 
-Anchors follow UP's ``hand_craft`` rule (:func:`up_trainer.tasks.up_nets.det_parts.up_cell_anchors`):
+Anchors follow UP's ``hand_craft`` rule (:func:`up_trainer.tasks.det.pyramid_levels.cell_anchors`):
 cell anchors centred on ((stride - 1) / 2, (stride - 1) / 2), shifted by (x * stride,
 y * stride); anchors are ordered row, column, then anchor within the cell, levels one after
 another. Offsets decode with torchvision's box coder (weights 1, sizes clipped at

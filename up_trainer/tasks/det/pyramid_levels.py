@@ -1,0 +1,52 @@
+"""Anchors and pyramid levels on UP's rules, shared by the detectors that follow them (the
+native retina_plus and the nets read from UP's files): one level's ``hand_craft`` anchors, and
+the levels stacked above the backbone's."""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.ops.feature_pyramid_network import ExtraFPNBlock
+
+
+def cell_anchors(stride, ratios, scales):
+    """UP's ``hand_craft`` anchors of one level (its default, non-aligned rule): a
+    stride x stride window [0, stride - 1], reshaped per ratio with widths rounded, then scaled;
+    ratios outer, scales inner (torchvision's order too)."""
+    ctr = (stride - 1) / 2
+    out = []
+    for r in ratios:
+        w = round(math.sqrt(stride * stride / r))
+        h = round(w * r)
+        for s in scales:
+            ws, hs = w * s, h * s
+            out.append([ctr - 0.5 * (ws - 1), ctr - 0.5 * (hs - 1), ctr + 0.5 * (ws - 1), ctr + 0.5 * (hs - 1)])
+    return torch.tensor(out, dtype=torch.float32)
+
+
+class ExtraLevels(ExtraFPNBlock):
+    """UP's levels above the backbone's: ``pool`` takes P5 through 1x1 max-pools of stride 2;
+    ``conv`` takes 3x3 stride-2 convs (no activation between them) from C5's lateral output,
+    or from P5 with ``use_p5``."""
+
+    def __init__(self, count, mode, channels, use_p5=False):
+        super().__init__()
+        self.mode, self.use_p5, self.count = mode, use_p5, count
+        if mode == "conv":
+            self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, 2, 1) for _ in range(count))
+        self._fpn = []
+
+    def attach(self, fpn):
+        self._fpn = [fpn]  # a list: the FPN owns this block, no module cycle
+
+    def forward(self, results, x, names):
+        if self.mode == "pool":
+            src = results[-1]
+        else:
+            src = results[-1] if self.use_p5 else self._fpn[0].get_result_from_inner_blocks(x[-1], -1)
+        level = len(results)
+        for i in range(self.count):
+            src = F.max_pool2d(src, 1, 2, 0) if self.mode == "pool" else self.convs[i](src)
+            results.append(src)
+            names.append(f"p{level + i}")
+        return results, names
