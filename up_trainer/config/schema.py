@@ -1,6 +1,6 @@
 """One declaration per config section; validation fills defaults and names bad key paths.
 
-The README's config reference lists exactly these fields (``up config --reference`` prints it).
+The config reference in docs/config.rst lists exactly these fields (``up config --reference`` prints it).
 """
 from ..errors import ConfigError, did_you_mean, join_path, short_repr
 from .cache_keys import check_cache_keys
@@ -252,7 +252,7 @@ def _normalize_dataset(ds):
 
 
 def reference_rows():
-    """(section, key, types, default, doc) for the README config reference."""
+    """(section, key, types, default, doc) for the config reference (docs/config.rst)."""
     for section, schema in SCHEMAS.items():
         for key, f in schema.items():
             default = "required" if f.default is REQUIRED else repr(f.default)

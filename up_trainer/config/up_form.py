@@ -49,7 +49,7 @@ def runtime_defaults(cfg, notes):
                      "dataset types)")
     if rt.get("aligned"):
         notes.append("runtime.aligned: true: UP's +1 pixel box width is not applied; boxes are continuous "
-                     "coordinates as in torchvision (README, Coming from UP)")
+                     "coordinates as in torchvision (docs/up/config.rst)")
 
 
 # Top-level keys UP's runner never reads although UP files carry them (UP reads runtime.fp16

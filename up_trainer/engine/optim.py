@@ -47,7 +47,7 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if register == "yolov5_except":
         raise ConfigError(f"{path}.register_type", "yolov5_except is UP's optimizer for YOLOX with equalized focal "
                           "loss (YOLOv5 groups minus the except_keys heads), which up-trainer does not provide",
-                          "YOLOX heads are not mapped (README, Coming from UP); register_type yolov5 for the groups")
+                          "YOLOX heads are not mapped (docs/optimization.rst); register_type yolov5 for the groups")
     if register not in ("base", "yolov5"):
         raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
                           "base (groups from pconfig / paramwise_cfg) or yolov5 (YOLOv5's four groups)")

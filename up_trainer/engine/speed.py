@@ -1,7 +1,7 @@
 """Speed levers of the ``runtime`` section: cuDNN autotuning, channels_last, torch.compile.
 
 All are off by default: each changes numerics or start-up time in ways a user should choose
-(see the README's GPU section for what they were measured to give).
+(see docs/speed.rst for what they were measured to give).
 """
 import logging
 

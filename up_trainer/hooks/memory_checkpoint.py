@@ -1,4 +1,4 @@
-"""memory_checkpoint: UP's static / dynamic activation checkpointing (README.rst, "Memory checkpoint")."""
+"""memory_checkpoint: UP's static / dynamic activation checkpointing (docs/memory_checkpoint.rst)."""
 import logging
 from typing import Optional
 

@@ -1,4 +1,4 @@
-"""Activation checkpointing for the memory_checkpoint hook (README.rst, "Memory checkpoint").
+"""Activation checkpointing for the memory_checkpoint hook (docs/memory_checkpoint.rst).
 
 candidates: which submodules may be checkpointed (UP's checkpoint_patterns).
 wrap:       switching their forward to torch.utils.checkpoint and back.

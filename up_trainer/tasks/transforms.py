@@ -175,7 +175,7 @@ class AutoAugmentImageNet:
 @TRANSFORMS.register("torch_random_augmentation")
 class RandAugmentUP:
     """UP's ``torch_random_augmentation`` {n, m, magnitude_std} as torchvision
-    v2.RandAugment(num_ops=n, magnitude=m, 11 bins). Deviation (README, Coming from UP): UP skips
+    v2.RandAugment(num_ops=n, magnitude=m, 11 bins). Deviation (docs/up/data.rst): UP skips
     each chosen op with probability 0.5 and draws the magnitude from N(m, magnitude_std)."""
 
     def __init__(self, n: int = 2, m: int = 9, magnitude_std: float = 0.0):

@@ -3,7 +3,7 @@
 Built on requests, with one background thread: ``add_scalar`` only appends to a bounded
 in-memory queue (drop-oldest when full), so a slow or dead server never blocks or breaks
 training. Failed posts are retried with exponential backoff; what cannot be delivered is
-counted and reported as warnings. The wire format is documented in README.rst (section "pavi writer").
+counted and reported as warnings. The wire format is documented in docs/logging.rst (section "pavi writer").
 The token travels only in the Authorization header and is never logged or shown in repr().
 """
 import collections

@@ -8,7 +8,7 @@ The model is the project's :class:`DetectionModel` whose children carry UP's ent
 (``backbone``, ``neck``, ``roi_head``, ``bbox_head``), so UP-trained weights load through the
 name map in :mod:`.det_keymap`. UP's ``num_classes`` counts the background (81 for COCO);
 ``model.num_classes`` is the foreground count. What torchvision does differently is listed
-in the README ("Coming from UP").
+in docs/up/ ("Coming from UP").
 """
 from collections import OrderedDict
 from functools import partial

@@ -1,7 +1,7 @@
 """Read the kwargs of UP's detection heads and post-processes into torchvision detectors.
 
 Each UP option is honoured (mapped onto a torchvision argument or one of the pieces in
-:mod:`.det_parts`) or refused in one line; see the README's "Coming from UP" for where
+:mod:`.det_parts`) or refused in one line; see docs/up/ (Coming from UP) for where
 torchvision's computation differs.
 """
 import math

@@ -6,7 +6,7 @@
   ``BboxRFCN`` + ``bbox_post`` (R-FCN), or resnet + ``FPN`` + ``NaiveRPN`` + ``rpn_post`` +
   ``CascadeFC`` (Cascade R-CNN) -> :class:`~..det.rcnn_plus.TwoStageModel`.
 
-Every kwarg is honoured or refused in one line with its path (README, "Coming from UP").
+Every kwarg is honoured or refused in one line with its path (docs/up/two_stage.rst).
 The models carry UP's entry names as their children (``backbone``, ``neck``, ``roi_head``).
 """
 from functools import partial
