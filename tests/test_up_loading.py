@@ -33,7 +33,7 @@ def rgb_png(tmp_path):
 @pytest.mark.parametrize("kind", ["fs_opencv", "fs_pillow"])
 def test_readers_color_modes(rgb_png, kind):
     rgb = build_reader({"type": kind, "kwargs": {"image_dir": str(rgb_png), "color_mode": "RGB"}})("a.png")
-    assert rgb.shape == (3, 2, 3) and rgb[0, 0, 0] == pytest.approx(200 / 255)
+    assert rgb.shape == (3, 2, 3) and rgb.dtype == torch.uint8 and rgb[0, 0, 0] == 200  # decoded pixels
     gray = build_reader({"type": kind, "kwargs": {"image_dir": str(rgb_png), "color_mode": "GRAY"}})("a.png")
     assert gray.shape == (1, 2, 3)
     if kind == "fs_opencv":
@@ -48,7 +48,8 @@ def test_cls_dataset_with_up_reader_type(rgb_png):
     (rgb_png / "meta.txt").write_text("a.png 1\n")
     ds = DATASETS.build({"type": "cls", "kwargs": {"meta_file": str(rgb_png / "meta.txt"), "image_reader": {
         "type": "fs_opencv", "kwargs": {"image_dir": str(rgb_png), "color_mode": "BGR"}}}}, "d")
-    assert ds[0]["image"][2, 0, 0] == pytest.approx(200 / 255)
+    assert ds[0]["image"][2, 0, 0] == 200  # BGR: the red channel last
+    assert ds.model_input(ds[0]["image"])[2, 0, 0] == pytest.approx(200 / 255)
     with pytest.raises(ConfigError, match=r"d.kwargs.image_reader.type: unknown image reader type 'fs_ceph'"):
         DATASETS.build({"type": "cls", "kwargs": {"meta_file": str(rgb_png / "meta.txt"),
                                                   "image_reader": {"type": "fs_ceph"}}}, "d")
