@@ -152,10 +152,9 @@ def test_rebuild_epochs(group):
     calls = []
     hook = Reload(group=group)
     hook.prepare = lambda trainer, epoch, rebuild: calls.append((epoch, rebuild)) or setattr(hook, "_prepared", epoch)
-    loaders = SimpleNamespace(on_train_loader=None)
-    tr = SimpleNamespace(state=SimpleNamespace(epoch=0, epoch_done=True), loaders=loaders)
+    tr = SimpleNamespace(state=SimpleNamespace(epoch=0, epoch_done=True))
     hook.before_train(tr)
     for epoch in range(1, 8):
-        loaders.on_train_loader(epoch)
+        hook.before_train_loader(tr, epoch)
     want = [(1, False)] + [(e, (e - 1) % group == 0) for e in range(2, 8)]
     assert calls == want

@@ -183,7 +183,6 @@ class LoaderFactory:
         self.rank = rank
         self.world_size = world_size
         self._seeded = SeededDataset(train_set, seed) if train_set is not None else None
-        self.on_train_loader = None  # called with the epoch before its loader is built (reload hook)
         # The config entry the training set is (re)built from; yolox_noaug swaps its pipeline.
         self.train_entry = ds_cfg.get("train")
         self.batch_fn = build_batch_fn(ds_cfg.get("batch_fn")) if train_set is not None else None
@@ -197,8 +196,11 @@ class LoaderFactory:
         self._test = None
         self.epochs = None  # the run's epoch count (set by the builder): persistent_workers null needs it
 
-    def set_train_set(self, train_set, indices=None):
-        """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples."""
+    def set_train_set(self, train_set, indices=None, entry=None):
+        """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples;
+        ``entry``: the config entry rebuilds read from now on (yolox_noaug's plain pipeline)."""
+        if entry is not None:
+            self.train_entry = entry
         self.train_set = train_set
         self._seeded = SeededDataset(train_set if indices is None else Subset(train_set, list(indices)), self.seed)
         if self._aspect_ratios is not None and train_set is not None:  # None: released before a rebuild
@@ -254,8 +256,6 @@ class LoaderFactory:
         return collate
 
     def train_loader(self, epoch, start_batch=0):
-        if self.on_train_loader is not None:
-            self.on_train_loader(epoch)
         loader, sampler, tagged = self._train or self._build_train_loader(epoch)
         self._train = (loader, sampler, tagged) if self._keep(loader) else None
         # fix_seed (UP): every epoch walks the order of epoch 0; augmentation still varies by epoch.

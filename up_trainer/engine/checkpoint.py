@@ -316,6 +316,13 @@ class CheckpointStore:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="up-checkpoint-writer") if async_write else None
         self._in_flight = None  # the Future of the write in flight
         self._staging = []  # CPU buffers reused by every background write (one in flight)
+        self._after_save = []  # listener(ckpt, paths) after every save (add_after_save)
+
+    def add_after_save(self, listener):
+        """Call ``listener(ckpt, paths)`` after every save that writes, interrupt snapshots too
+        (safetensors_export writes its export beside each file); added once however often asked."""
+        if listener not in self._after_save:
+            self._after_save.append(listener)
 
     def path(self, name):
         return os.path.join(self.save_dir, name)
@@ -332,7 +339,10 @@ class CheckpointStore:
                 self._write(ckpt, names)
         else:
             self._in_flight = self._writer.submit(self._write, snapshot(ckpt, self._staging), names)
-        return [self.path(n) for n in names]
+        paths = [self.path(n) for n in names]
+        for listener in self._after_save:
+            listener(ckpt, paths)
+        return paths
 
     def _write(self, ckpt, names):
         _enable_write_checksums()

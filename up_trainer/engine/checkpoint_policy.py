@@ -47,12 +47,21 @@ class CheckpointPolicy:
     """The trainer's one checkpoint policy (``trainer.checkpoints``); see the module docstring."""
 
     def __init__(self, trainer_cfg, keep=-1):
-        self.trainer_cfg = trainer_cfg
+        self.trainer_cfg = dict(trainer_cfg)  # its own: frequencies change through set_frequencies
         self.keep = keep  # newest numbered files kept; -1 keeps all (auto_save_best's max_keep_ckpts)
         self.requested = []  # extra names hooks asked for at this epoch's end
         # The iteration whose state was last saved through the trainer. Set on every rank
         # (Trainer.save_checkpoint runs on all), so ranks agree without communicating.
         self.saved_iter = None
+
+    def set_frequencies(self, save_freq=None):
+        """Save ``ckpt_e{e}.pth`` every ``save_freq`` positions from now on; None: unchanged."""
+        if save_freq is not None:
+            self.trainer_cfg["save_freq"] = save_freq
+
+    def set_keep(self, keep):
+        """Keep only the newest ``keep`` numbered files (-1: all); see :meth:`rotate`."""
+        self.keep = keep
 
     def request(self, name):
         """Save this epoch's end state under ``name`` too (e.g. ckpt_best.pth)."""

@@ -20,6 +20,7 @@ PRIORITIES = {
 
 EVENTS = (
     "before_train",
+    "before_train_loader",
     "before_epoch",
     "before_data",
     "before_forward",
@@ -53,7 +54,9 @@ def parse_priority(value, path="priority"):
 class Hook:
     """Base of every hook. Override the events you need; each gets the trainer first.
 
-    Events (README, Lifecycle events): before_train, before_epoch(epoch), before_data(iter),
+    Events (docs/hooks.rst, Lifecycle events): before_train, before_train_loader(epoch) (the
+    training loader of ``epoch`` is about to be built: a hook swaps the training set or its
+    slice here), before_epoch(epoch), before_data(iter),
     before_forward(iter, batch), after_forward(iter, outputs), after_backward(iter, loss),
     before_step(iter) (only when this micro-batch steps the optimizer: gradients complete,
     all-reduced), after_update(iter), after_epoch(epoch), before_eval, after_eval(metrics),

@@ -79,6 +79,28 @@ class Trainer:
     def module(self):
         return getattr(self.model, "module", self.model)
 
+    # -- what hooks change, through these only (tests/test_hook_channels.py) -----------------
+    def set_epoch_length(self, batches):
+        """The training epoch about to run has ``batches`` batches (reload's mini-epoch slice,
+        a rebuilt training set). The run's length was sized at start and stays as it is."""
+        self.state.epoch_len = batches
+
+    def set_frequencies(self, test_freq=None, save_freq=None):
+        """Evaluate every ``test_freq`` and save ``ckpt_e{e}.pth`` every ``save_freq`` positions
+        from now on (yolox_noaug's last epochs); None keeps the current one."""
+        if test_freq is not None:
+            self.schedule_cfg["test_freq"] = test_freq
+        self.checkpoints.set_frequencies(save_freq=save_freq)
+
+    def set_model_option(self, name, value):
+        """Switch an option of the model (an attribute it has, e.g. YOLOX's ``use_l1``), under
+        DDP and runtime.compile too; False, with nothing changed, when it has none of that name."""
+        model = getattr(self.module, "_orig_mod", self.module)
+        if not hasattr(model, name):
+            return False
+        setattr(model, name, value)
+        return True
+
     @property
     def pending_saves(self):
         """Names hooks requested for this epoch's end (prefer ``trainer.checkpoints.request``)."""
@@ -176,6 +198,7 @@ class Trainer:
 
     def train_epoch(self):
         st = self.state
+        self.hooks.call("before_train_loader", self, st.epoch)  # reload, yolox_noaug: this epoch's data
         loader = self.loaders.train_loader(st.epoch, start_batch=st.epoch_iter)
         self.model.train()
         self.hooks.call("before_epoch", self, st.epoch)

@@ -60,7 +60,7 @@ class AutoSaveBest(Hook):
 
     def before_train(self, trainer):
         if self.max_keep_ckpts > 0:
-            trainer.checkpoints.keep = self.max_keep_ckpts
+            trainer.checkpoints.set_keep(self.max_keep_ckpts)
         ev = trainer.evaluator
         if ev is None:
             return

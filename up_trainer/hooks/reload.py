@@ -12,10 +12,10 @@ seeds by (runtime.seed, epoch). ``max_epoch`` then counts mini-epochs and the sc
 length), so a run resumed at any epoch or mid-epoch sees the same samples in the same order.
 
 When the epoch's data is prepared: before training (for the epoch about to run, after a
-resume too, without a rebuild: the builder has just read the data), and then whenever the
-trainer asks the LoaderFactory for an epoch's loader (``on_train_loader``), i.e. after the
-previous epoch's evaluation and checkpoint, so a broken meta file never costs that save.
-``trainer.state.epoch_len`` follows the slice. Note that per-iteration LR schedules
+resume too, without a rebuild: the builder has just read the data), and then on every
+``before_train_loader(epoch)`` event, i.e. after the previous epoch's evaluation and
+checkpoint, so a broken meta file never costs that save. The epoch length follows the slice
+(``trainer.set_epoch_length``). Note that per-iteration LR schedules
 are sized from the full dataset's length when the optimizer is built; give them lengths in
 mini-epoch iterations (e.g. CosineAnnealingLR T_max) when using mini_epoch.
 """
@@ -63,15 +63,9 @@ class Reload(Hook):
     def before_train(self, trainer):
         st = trainer.state
         self.prepare(trainer, st.epoch + 1 if st.epoch_done else st.epoch, rebuild=False)
-        chained = trainer.loaders.on_train_loader  # another hook's (yolox_noaug's swap runs first)
-        trainer.loaders.on_train_loader = lambda epoch: self._on_train_loader(trainer, epoch, chained)
 
-    def after_train(self, trainer):
-        trainer.loaders.on_train_loader = None
-
-    def _on_train_loader(self, trainer, epoch, chained=None):
-        if chained is not None:
-            chained(epoch)
+    def before_train_loader(self, trainer, epoch):
+        # after yolox_noaug's (VERY_HIGH): a rebuild reads the entry with its plain pipeline
         if epoch != self._prepared:
             self.prepare(trainer, epoch, rebuild=(epoch - 1) % self.group == 0)
 
@@ -95,7 +89,8 @@ class Reload(Hook):
             indices = mini_epoch_indices(len(dataset), epoch, self.mini_epoch, trainer.cfg["runtime"]["seed"])
         loaders.set_train_set(dataset, indices)
         self._prepared = epoch
-        old_len, trainer.state.epoch_len = trainer.state.epoch_len, loaders.epoch_len()
+        old_len = trainer.state.epoch_len
+        trainer.set_epoch_length(loaders.epoch_len())
         if rebuild or old_len != trainer.state.epoch_len:
             what = f"{len(dataset)} samples" + (f", mini-epoch slice of {len(indices)}" if indices else "")
             log.info("reload: epoch %d trains on %s (%d iterations)%s", epoch, what, trainer.state.epoch_len,

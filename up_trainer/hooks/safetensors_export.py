@@ -5,11 +5,11 @@ torch (``safetensors.safe_open``) and memory-maps. ``ckpt_e3.pth`` gets ``ckpt_e
 names written as links of one checkpoint (ckpt_best.pth, ckpt_latest.pth) get links of one
 export. Metadata: epoch, iter, and which weights (model or ema).
 
-Mechanism: there is no after-save event, and before_save_checkpoint runs before the names
-are known and before the .pth is on disk. So at before_train the hook wraps this run's
-``trainer.store.save``: the original save hands the checkpoint to the store (written
-atomically, on a background thread with saver.async_write), then the export is written from
-the same state dict, atomically too, before training moves on. Only rank 0 saves, so only
+Mechanism: before_save_checkpoint runs before the names are known and before the .pth is on
+disk, so at before_train the hook asks the store to call it after every save
+(``trainer.store.add_after_save``): the store hands the checkpoint over (written atomically,
+on a background thread with saver.async_write), then the export is written from the same
+state dict, atomically too, before training moves on. Only rank 0 saves, so only
 rank 0 exports. auto_save_best's max_keep_ckpts rotation removes a rotated file's export with it.
 
 safetensors is an optional dependency: ``pip install safetensors``.
@@ -66,19 +66,11 @@ class SafetensorsExport(Hook):
         self.written = []  # export paths, in order (diagnostics and tests)
 
     def before_train(self, trainer):
-        store = trainer.store
-        if getattr(store.save, "exports_safetensors", False):
-            return
-        original = store.save
+        trainer.store.add_after_save(self._export_saved)
 
-        def save(ckpt, names):
-            paths = original(ckpt, names)
-            if paths:
-                self.export(ckpt, paths, store.path(LATEST))
-            return paths
-
-        save.exports_safetensors = True
-        store.save = save
+    def _export_saved(self, ckpt, paths):
+        if paths:
+            self.export(ckpt, paths, os.path.join(os.path.dirname(paths[0]), LATEST))
 
     def export(self, ckpt, paths, latest_path):
         from safetensors.torch import save as to_bytes

@@ -11,7 +11,7 @@ hook
 - evaluates every ``test_freq`` and saves every ``save_freq`` epochs (counted as the trainer's
   own frequencies are: iterations under ``runtime.iter_base``).
 
-The switch happens when epoch S asks for its loader, i.e. after epoch S-1's evaluation and
+The switch happens on epoch S's ``before_train_loader``, i.e. after epoch S-1's evaluation and
 checkpoint, which therefore still follow the run's own frequencies (as in UP). Everything is
 a function of the epoch about to run, so a run resumed at any point, after the switch or from
 the checkpoint saved right before it, switches exactly where an uninterrupted run did.
@@ -83,17 +83,10 @@ class YoloxNoAug(Hook):
                         self.switch_epoch)
         if upcoming >= self.switch_epoch:
             self.switch(trainer, upcoming)
-        chained = trainer.loaders.on_train_loader
-        trainer.loaders.on_train_loader = lambda epoch: self._on_train_loader(trainer, epoch, chained)
 
-    def after_train(self, trainer):
-        trainer.loaders.on_train_loader = None
-
-    def _on_train_loader(self, trainer, epoch, chained):
+    def before_train_loader(self, trainer, epoch):
         if epoch >= self.switch_epoch and not self.switched:
             self.switch(trainer, epoch)
-        if chained is not None:
-            chained(epoch)
 
     # -- the switch ------------------------------------------------------------------------------
     def _check_run(self, trainer):
@@ -138,16 +131,12 @@ class YoloxNoAug(Hook):
         if len(dataset) != old_len:
             log.warning("yolox_noaug: the rebuilt training set has %d samples, the previous one %d",
                         len(dataset), old_len)
-        loaders.train_entry = entry  # a reload hook rebuilds from this from now on
-        loaders.set_train_set(dataset)
-        trainer.state.epoch_len = loaders.epoch_len()
-        model = self._model(trainer)
-        if hasattr(model, "use_l1"):
-            model.use_l1 = True
-        trainer.schedule_cfg["test_freq"] = self.test_freq
-        trainer.schedule_cfg["save_freq"] = self.save_freq
+        loaders.set_train_set(dataset, entry=entry)  # a reload hook rebuilds from this entry from now on
+        trainer.set_epoch_length(loaders.epoch_len())
+        l1 = trainer.set_model_option("use_l1", True)
+        trainer.set_frequencies(test_freq=self.test_freq, save_freq=self.save_freq)
         self.switched = True
         types = ", ".join(str(t.get("type")) if isinstance(t, dict) else "?" for t in self.transformer)
         log.info("yolox_noaug: epoch %d on trains without the mixing augmentation (pipeline: %s)%s; test_freq %d, "
-                 "save_freq %d", epoch, types, ", L1 loss on" if hasattr(model, "use_l1") else "",
+                 "save_freq %d", epoch, types, ", L1 loss on" if l1 else "",
                  self.test_freq, self.save_freq)
