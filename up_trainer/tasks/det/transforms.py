@@ -131,7 +131,9 @@ class KeepRatioResize:
             if self.min_size is not None:
                 target = drop_small_boxes(target, self.min_size)
         if self.padding_type is not None and side is not None and (nh, nw) != (side, side):
-            pad = v2.Pad([0, 0, side - nw, side - nh], fill=self.padding_val / 255.0)
+            # padding_val is in UP's 0-255 units: the nearest level of a uint8 image, / 255 for a float one
+            fill = self.padding_val / 255.0 if image.is_floating_point() else round(self.padding_val)
+            pad = v2.Pad([0, 0, side - nw, side - nh], fill=fill)
             return pad(image) if target is None else pad(image, target)
         return image if target is None else (image, target)
 

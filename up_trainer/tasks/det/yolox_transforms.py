@@ -1,13 +1,18 @@
-"""UP's single-image YOLOX augmentations, on float [0, 1] RGB tensors (no OpenCV).
+"""UP's single-image YOLOX augmentations on CxHxW tensors, uint8 or float [0, 1] (no OpenCV).
 
 - ``random_perspective_yolox`` {degrees, translate, scale, shear, perspective, fill_color,
   border, max_try, clip_box}: one random affine (or projective) warp; boxes follow through
   their 4 corners, are clipped to the output and filtered by :func:`box_candidates`.
 - ``augment_hsv`` {hgain, sgain, vgain, color_mode}: random gains on hue, saturation, value.
-- ``custom_to_tensor`` {norm_image}: UP's to-tensor for OpenCV images.
+- ``custom_to_tensor`` {norm_image}: UP's to-tensor for OpenCV images; here the pipeline's final
+  conversion (:mod:`up_trainer.data.model_input` folds it into the model-input step).
 
-Pixel values a UP file writes (``fill_color``) are on UP's 0-255 scale and are divided by 255
-here. Every random number comes from torch's global generator, which the loader seeds per batch.
+Every transform keeps its input's dtype: a uint8 image (what readers decode to) comes out uint8,
+computed in float where it has to be and rounded to the nearest level, so it is the float
+path's result within rounding; a float image in [0, 1] comes out float. Pixel values a UP file
+writes (``fill_color``) are on UP's 0-255 scale: divided by 255 for a float image, rounded to
+the nearest level for a uint8 one. Every random number comes from torch's global generator,
+which the loader seeds per batch.
 """
 import math
 
@@ -20,12 +25,34 @@ from ...registry import TRANSFORMS
 from .transforms import select_boxes
 
 
-def fill_of(fill_color, channels, path="fill_color"):
-    """UP's fill colour (a 0-255 number, or one per channel) as a Cx1x1 tensor in [0, 1]."""
+def fill_of(fill_color, channels, path="fill_color", dtype=torch.float32):
+    """UP's fill colour (a 0-255 number, or one per channel) as a Cx1x1 tensor of ``dtype``: in
+    [0, 1] for a float dtype, the nearest level for uint8."""
     values = fill_color if isinstance(fill_color, (list, tuple)) else [fill_color] * channels
     if len(values) != channels:
         raise DataError(f"{path}: {len(values)} values for a {channels}-channel image")
-    return torch.tensor([float(v) / 255.0 for v in values], dtype=torch.float32).view(channels, 1, 1)
+    if dtype == torch.uint8:
+        return torch.tensor([round(float(v)) for v in values], dtype=torch.uint8).view(channels, 1, 1)
+    return torch.tensor([float(v) / 255.0 for v in values], dtype=dtype).view(channels, 1, 1)
+
+
+def to_uint8(pixels):
+    """Float pixels on the 0-255 scale rounded to the nearest uint8 level (in place; through
+    int16, which converts several times faster than float -> uint8 directly)."""
+    return pixels.round_().clamp_(0.0, 255.0).to(torch.int16).to(torch.uint8)
+
+
+# Row bands of about this many pixels keep an element-wise computation's temporaries in the CPU
+# cache (a whole 640 x 640 image at a time runs three to four times slower, bound by memory), and
+# each float temporary under 128 KiB, glibc's default mmap threshold: larger ones are mapped and
+# page-faulted in afresh on every allocation.
+BAND_PIXELS = 30_000
+
+
+def row_bands(height, width):
+    """(start, stop) row ranges of about BAND_PIXELS pixels covering ``height`` rows."""
+    rows = max(1, BAND_PIXELS // max(width, 1))
+    return [(y, min(y + rows, height)) for y in range(0, height, rows)]
 
 
 def check_fill(fill_color, path="fill_color"):
@@ -51,25 +78,67 @@ def box_candidates(before, after, wh_thr=2.0, ar_thr=20.0, area_thr=0.2):
 
 
 def warp_image(image, matrix, out_h, out_w, fill):
-    """``image`` (CxHxW) under the 3x3 ``matrix`` (source -> output, continuous pixel
-    coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` outside."""
-    _, h, w = image.shape
-    # Output pixel centres mapped back into grid_sample's source grid (align_corners=False:
-    # -1 and 1 are the outer edges of the image), the normalisation folded into the inverse.
-    normalise = torch.tensor([[2.0 / w, 0.0, -1.0], [0.0, 2.0 / h, -1.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
-    (a, b, c), (d, e, f), (g, k, m) = (normalise @ torch.linalg.inv(matrix)).tolist()
-    xs = torch.arange(out_w, dtype=torch.float32).add_(0.5)[None, :]
-    ys = torch.arange(out_h, dtype=torch.float32).add_(0.5)[:, None]
-    grid = torch.stack([a * xs + b * ys + c, d * xs + e * ys + f], -1)
-    if g != 0.0 or k != 0.0:  # projective: divide by the third coordinate
-        grid = grid / (g * xs + k * ys + m)[..., None]
-    elif m != 1.0:
-        grid = grid / m
-    blank = not bool(fill.any())
-    shifted = image if blank else image - fill  # zeros padding then lands exactly on the fill colour
-    out = F.grid_sample(shifted[None], grid[None].to(image.dtype), mode="bilinear", padding_mode="zeros",
-                        align_corners=False)[0]
-    return out if blank else out.add_(fill)
+    """``image`` (CxHxW, uint8 or float) under the 3x3 ``matrix`` (source -> output, continuous
+    pixel coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` (Cx1x1 of
+    the image's dtype) outside. Sampling runs in float on a copy of just the part of the image
+    the output reads, band by band of output rows (each band's grid and samples stay in the
+    CPU cache); a uint8 result is rounded to the nearest level."""
+    c, h, w = image.shape
+    inverse = torch.linalg.inv(matrix)
+    affine = bool(inverse[2, 0] == 0.0) and bool(inverse[2, 1] == 0.0)
+    left, top, right, bottom = _part_read(inverse, out_h, out_w, h, w) if affine else (0, 0, w, h)
+    if right <= left or bottom <= top:  # the output reads nothing of the image
+        return fill.expand(c, out_h, out_w).clone()
+    cw, ch = right - left, bottom - top
+    # Output pixel centres mapped back into grid_sample's grid over the part read (align_corners
+    # False: -1 and 1 are its outer edges), the normalisation folded into the inverse.
+    normalise = torch.tensor([[2.0 / cw, 0.0, -1.0 - 2.0 * left / cw], [0.0, 2.0 / ch, -1.0 - 2.0 * top / ch],
+                              [0.0, 0.0, 1.0]], dtype=torch.float64)
+    coefficients = (normalise @ inverse).tolist()
+    dtype = image.dtype if image.is_floating_point() else torch.float32
+    # contiguous CxHxW whatever the layout of the image: grid_sample gathers channel by channel
+    pixels = image[:, top:bottom, left:right].to(dtype, memory_format=torch.contiguous_format)
+    shift = fill.to(dtype)
+    blank = not bool(shift.any())
+    if not blank:  # zeros padding then lands exactly on the fill colour
+        pixels = pixels.sub_(shift) if image.dtype != dtype else pixels - shift  # never the caller's pixels
+    xs = torch.arange(out_w, dtype=dtype).add_(0.5)[None, :]
+    out = torch.empty(c, out_h, out_w, dtype=image.dtype)
+    for y0, y1 in row_bands(out_h, out_w):
+        grid = _sampling_grid(coefficients, xs, torch.arange(y0, y1, dtype=dtype).add_(0.5)[:, None], affine)
+        band = F.grid_sample(pixels[None], grid[None], mode="bilinear", padding_mode="zeros", align_corners=False)[0]
+        if not blank:
+            band.add_(shift)
+        # bilinear weights are convex: uint8 values lie in [0, 255], so + 0.5 and truncation round them
+        out[:, y0:y1] = band if image.is_floating_point() else band.add_(0.5).to(torch.int16)
+    return out
+
+
+def _sampling_grid(coefficients, xs, ys, affine):
+    """grid_sample's grid (rows x columns x 2) of the output pixel centres ``xs`` (1 x W) and
+    ``ys`` (H x 1) under the 3x3 ``coefficients``."""
+    (a, b, c), (d, e, f), (g, k, m) = coefficients
+    grid = torch.empty(ys.shape[0], xs.shape[1], 2, dtype=xs.dtype)
+    if affine:  # one broadcast sum per coordinate
+        torch.add(xs * (a / m), ys * (b / m) + c / m, out=grid[..., 0])
+        torch.add(xs * (d / m), ys * (e / m) + f / m, out=grid[..., 1])
+    else:  # projective: divide by the third coordinate
+        third = g * xs + k * ys + m
+        torch.div(a * xs + b * ys + c, third, out=grid[..., 0])
+        torch.div(d * xs + e * ys + f, third, out=grid[..., 1])
+    return grid
+
+
+def _part_read(inverse, out_h, out_w, h, w):
+    """(left, top, right, bottom): the pixels of an h x w image that an affine warp (``inverse``:
+    output -> source) to out_h x out_w reads: those around the image of the output's corners."""
+    corners = torch.tensor([[0.0, 0.0, 1.0], [out_w, 0.0, 1.0], [0.0, out_h, 1.0], [out_w, out_h, 1.0]],
+                           dtype=torch.float64) @ inverse.T
+    (lx, ly), (hx, hy) = corners[:, :2].amin(0).tolist(), corners[:, :2].amax(0).tolist()
+    # bilinear sampling at x reads pixels floor(x - 0.5) and the next: one pixel of margin
+    left, top = min(max(math.floor(lx) - 1, 0), w), min(max(math.floor(ly) - 1, 0), h)
+    right, bottom = min(max(math.ceil(hx) + 1, 0), w), min(max(math.ceil(hy) + 1, 0), h)
+    return left, top, right, bottom
 
 
 def warp_boxes(boxes, matrix):
@@ -155,8 +224,9 @@ class RandomPerspectiveYolox:
                 break
         target = select_boxes(target, keep, warped, (out_h, out_w))
         if (out_h, out_w) != (h, w) or not torch.equal(matrix, torch.eye(3, dtype=torch.float64)):
-            image = tv_tensors.Image(warp_image(image.as_subclass(torch.Tensor), matrix.to(torch.float64),
-                                                out_h, out_w, fill_of(self.fill_color, c)))
+            pixels = image.as_subclass(torch.Tensor)
+            fill = fill_of(self.fill_color, c, dtype=pixels.dtype)
+            image = tv_tensors.Image(warp_image(pixels, matrix.to(torch.float64), out_h, out_w, fill))
         return image, target
 
     def __repr__(self):
@@ -185,6 +255,55 @@ def hsv_to_rgb(hue, saturation, value):
     return value - ramp.mul_(value * saturation)
 
 
+def hsv_gains_uint8(image, gains, bgr=False):
+    """:class:`AugmentHSV`'s arithmetic on a uint8 3xHxW image, rounded to uint8: the float
+    path (:func:`rgb_to_hsv`, gains, :func:`hsv_to_rgb`) on 0-255 values, rewritten in whole-
+    tensor arithmetic (no comparisons, ``where`` or ``remainder``, each as slow on the CPU as
+    ten additions) and run band by band of rows."""
+    out = torch.empty_like(image)
+    for y0, y1 in row_bands(image.shape[1], image.shape[2]):
+        out[:, y0:y1] = _hsv_gains_band(image[:, y0:y1], gains, bgr)
+    return out
+
+
+def _hsv_gains_band(image, gains, bgr):
+    """Rows of :func:`hsv_gains_uint8`, rounded, as int16: with x = 6 hue, v and s after their
+    gains, each channel is v - v s ramp(x), as in :func:`hsv_to_rgb`."""
+    rgb = image.to(torch.float32)
+    r, g, b = rgb.unbind(0)
+    if bgr:
+        r, b = b, r
+    value = torch.maximum(torch.maximum(r, g), b)
+    delta = value - torch.minimum(torch.minimum(r, g), b)
+    # 1 where the channel is the largest (red first, then green, on ties), else 0: exact, since
+    # the values are whole numbers
+    below = value - 1.0
+    red = (r - below).clamp_(min=0.0)
+    green = (g - below).clamp_(min=0.0).sub_(red).clamp_(min=0.0)
+    blue = (1.0 - red).sub_(green)
+    # 6 hue = the sector's start (0, 2, 4; 6 for red with blue above green) + the signed
+    # position in it: in [0, 6)
+    g_minus_b = g - b
+    start = torch.add(green, blue, alpha=2.0).sub_(g_minus_b.clamp(-1.0, 0.0).mul_(red), alpha=3.0)
+    x = g_minus_b.mul_(red).addcmul_(b - r, green).addcmul_(r - g, blue).addcmul_(start, delta, value=2.0)
+    x.div_(delta.clamp(min=1.0)).mul_(float(gains[0]))
+    if gains[0] > 1.0:  # wrap around the hue circle
+        x.sub_(x.div(6.0).floor_().mul_(6.0))
+    new_value = (value * float(gains[2])).clamp_(max=255.0)
+    # value x saturation after the gains; saturation = delta / value (0 for black: delta is 0)
+    chroma = delta.mul_(float(gains[1])).div_(value.clamp_(min=1.0)).clamp_(max=1.0).mul_(new_value)
+    # How far each channel sits below the value, as a share of the chroma: the trapezoids of
+    # hsv_to_rgb written for x in [0, 6] (red: 0 around x = 0, 1 around x = 3; green and blue
+    # shifted by 2 and 4), one min/max and one clamp each
+    ramps = torch.empty(3, *x.shape)
+    red_ramp, green_ramp, blue_ramp = ramps.unbind(0)[::-1] if bgr else ramps.unbind(0)
+    torch.minimum(x - 1.0, 5.0 - x, out=red_ramp)
+    torch.maximum(1.0 - x, x - 3.0, out=green_ramp)
+    torch.maximum(3.0 - x, x - 5.0, out=blue_ramp)
+    # + 0.5 and truncation: rounded half up (every value is >= 0)
+    return torch.addcmul(new_value.add_(0.5), ramps.clamp_(0.0, 1.0), chroma, value=-1.0).to(torch.int16)
+
+
 @TRANSFORMS.register("augment_hsv")
 class AugmentHSV:
     """UP's ``augment_hsv``: hue, saturation and value each multiplied by a gain drawn from
@@ -207,7 +326,10 @@ class AugmentHSV:
     def __call__(self, image, target=None):
         gains = (torch.rand(3) * 2.0 - 1.0) * self.gains + 1.0
         pixels = image.as_subclass(torch.Tensor)
-        if pixels.shape[0] == 1:
+        if pixels.dtype == torch.uint8:
+            out = to_uint8(pixels * gains[2]) if pixels.shape[0] == 1 else \
+                hsv_gains_uint8(pixels, gains, self.color_mode == "BGR")
+        elif pixels.shape[0] == 1:
             out = (pixels * gains[2]).clamp(0.0, 1.0)
         else:
             bgr = self.color_mode == "BGR"
@@ -225,17 +347,28 @@ class AugmentHSV:
 @TRANSFORMS.register("custom_to_tensor")
 class CustomToTensor:
     """UP's ``custom_to_tensor`` {norm_image}: UP turns an OpenCV image into a float tensor of
-    0-255 values (divided by 255 with norm_image: true). Images here are already float tensors
-    in [0, 1] and the YOLOX model multiplies by 255 itself (``pixel_scale``), so the default
-    passes the image through and the model sees UP's 0-255 values; norm_image: true divides by
-    255 so that the model sees UP's 0-1 values."""
+    0-255 values (divided by 255 with norm_image: true). The YOLOX model here multiplies its
+    input by 255 itself (``pixel_scale``), so the default hands the model pixels in [0, 1] (UP's
+    0-255 values once scaled) and norm_image: true divides those by 255 more (UP's 0-1 values).
+
+    It is the pipeline's final conversion: at the end of a pipeline it is folded into the
+    model-input step (:meth:`fold_model_input`); called on an image it converts the same way,
+    a uint8 image to float."""
 
     def __init__(self, norm_image: bool = False):
         self.norm_image = bool(norm_image)
 
+    def fold_model_input(self, model_input):
+        """``model_input`` followed by this step (see :func:`up_trainer.data.model_input.split_model_input`)."""
+        return model_input.then_divide(255.0) if self.norm_image else model_input
+
     def __call__(self, image, target=None):
-        if self.norm_image:
-            image = tv_tensors.wrap(image / 255.0, like=image) if isinstance(image, tv_tensors.Image) else image / 255.0
+        from ...data.model_input import ModelInput
+
+        pixels = image.as_subclass(torch.Tensor)
+        if pixels.dtype == torch.uint8 or self.norm_image:
+            pixels = self.fold_model_input(ModelInput())(pixels)
+            image = tv_tensors.Image(pixels) if isinstance(image, tv_tensors.Image) else pixels
         return image if target is None else (image, target)
 
     def __repr__(self):

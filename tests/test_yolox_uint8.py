@@ -1,0 +1,172 @@
+"""UP's YOLOX transforms on the uint8 images readers decode to give what they give on float
+[0, 1] images: the same boxes and labels (no random draw depends on the dtype), the same
+sizes, and pixels within one level (within half a level where only one rounding happens), for
+fixed seeds, on images with and without boxes. Each keeps its input's dtype."""
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from up_trainer.data.model_input import ModelInput, split_model_input
+from up_trainer.tasks.det.pipeline import to_pipeline
+from up_trainer.tasks.det.yolox_transforms import hsv_gains_uint8, hsv_to_rgb, rgb_to_hsv
+from up_trainer.tasks.transforms import build_transforms
+
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SLACK = 1e-3  # float32 coordinates and weights, on top of the rounding
+
+
+@st.composite
+def pictures(draw, low=16, high=48):
+    """A uint8 3xHxW picture: gradients plus noise (photo-like), or noise of every colour."""
+    h, w = draw(st.integers(low, high)), draw(st.integers(low, high))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 10_000)))
+    if draw(st.booleans()):
+        return torch.randint(0, 256, (3, h, w), generator=g, dtype=torch.uint8)
+    y, x = torch.meshgrid(torch.linspace(0, 1, h), torch.linspace(0, 1, w), indexing="ij")
+    base = torch.stack([x, y, (x + y) / 2]) * 200 + 20 + torch.randn(3, h, w, generator=g) * 12
+    return base.round().clamp(0, 255).to(torch.uint8)
+
+
+@st.composite
+def samples(draw):
+    """(uint8 picture, target with 0-4 boxes inside it)."""
+    image = draw(pictures())
+    _, h, w = image.shape
+    boxes = []
+    for _ in range(draw(st.integers(0, 4))):
+        x1, y1 = draw(st.integers(0, w - 6)), draw(st.integers(0, h - 6))
+        boxes.append([x1, y1, draw(st.integers(x1 + 4, w)), draw(st.integers(y1 + 4, h))])
+    b = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+    size = torch.tensor([h, w])
+    return image, {"boxes": b, "labels": torch.randint(1, 5, (len(b),)), "ignore_boxes": torch.zeros(0, 4),
+                   "area": (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), "image_id": 0, "orig_size": size,
+                   "img_size": size.clone()}
+
+
+class Pool:
+    """What mosaic and mixup draw other samples from (a detection dataset's ``load_for_mix``),
+    its images in one dtype: uint8 as decoded, or float [0, 1] as datasets used to hold them."""
+
+    def __init__(self, items, dtype):
+        self.items, self.dtype, self.records = items, dtype, list(range(len(items)))
+
+    def load_for_mix(self, index):
+        image, target = self.items[index]
+        image = image.clone() if self.dtype == torch.uint8 else image.float() / 255
+        return to_pipeline(image, {k: v.clone() if torch.is_tensor(v) else v for k, v in target.items()})
+
+
+def run_both(entries, items, seed):
+    """The pipeline ``entries`` on sample 0 of ``items``, uint8 and float, from the same seed:
+    ((image, target) uint8, (image, target) float)."""
+    results = []
+    for dtype in (torch.uint8, torch.float32):
+        pipeline = build_transforms(entries)
+        pool = Pool(items, dtype)
+        for op in pipeline.transforms:
+            if hasattr(op, "bind"):
+                op.bind(pool)
+        torch.manual_seed(seed)
+        image, target = pipeline(*pool.load_for_mix(0))
+        results.append((image.as_subclass(torch.Tensor), target))
+    return results
+
+
+def assert_matches(u8, f32, levels):
+    (image8, target8), (imagef, targetf) = u8, f32
+    assert image8.dtype == torch.uint8 and imagef.dtype == torch.float32
+    assert image8.shape == imagef.shape
+    diff = (image8.float() - imagef * 255).abs()
+    assert float(diff.max()) <= levels + SLACK, float(diff.max())
+    assert float(diff.mean()) <= 0.5, float(diff.mean())  # rounding, not a drift
+    assert torch.equal(target8["labels"], targetf["labels"])
+    assert torch.allclose(target8["boxes"], targetf["boxes"], atol=1e-4)
+    assert target8["boxes"].canvas_size == targetf["boxes"].canvas_size
+
+
+MOSAIC = {"type": "mosaic", "kwargs": {"tar_size": [40, 36], "fill_color": 114}}  # resizes most pictures
+PERSPECTIVE = {"type": "random_perspective_yolox", "kwargs": {"degrees": 20.0, "translate": 0.2, "scale": [0.3, 1.8],
+                                                               "shear": 5.0, "fill_color": [114, 0, 255],
+                                                               "border": [-4, -6]}}
+MIXUP = {"type": "yolox_mixup_cv2", "kwargs": {"input_size": [40, 44], "mixup_scale": [0.5, 1.6], "flip_prob": 0.5,
+                                               "fill_color": 114}}
+HSV_BGR = {"type": "augment_hsv", "kwargs": {"hgain": 0.9, "sgain": 0.9, "vgain": 0.9, "color_mode": "BGR"}}
+HSV_RGB = {"type": "augment_hsv", "kwargs": {"hgain": 0.015, "sgain": 0.7, "vgain": 0.4}}
+RESIZE = {"type": "keep_ar_resize_max", "kwargs": {"random_size": [1, 4], "scale_step": 16,
+                                                   "padding_type": "left_top", "padding_val": 114}}
+# torch's uint8 resize rounds twice (after each axis): within a level of the float resize
+CASES = {  # name: (pipeline, levels)
+    "mosaic": ([MOSAIC], 1),
+    "perspective": ([PERSPECTIVE], 0.5),
+    "mixup": ([MIXUP], 1.5),  # the drawn image resized twice (1 + 1 level), then averaged and rounded
+    "hsv_bgr": ([HSV_BGR], 0.5),
+    "hsv_rgb": ([HSV_RGB], 0.5),
+    "flip+resize+pad": ([{"type": "flip", "kwargs": {"flip_p": 0.5}}, RESIZE], 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@SETTINGS
+@given(items=st.lists(samples(), min_size=2, max_size=4), seed=st.integers(0, 2**31 - 1))
+def test_each_yolox_transform_on_uint8_matches_float(name, items, seed):
+    pipeline, levels = CASES[name]
+    assert_matches(*run_both(pipeline, items, seed), levels)
+
+
+@SETTINGS
+@given(items=st.lists(samples(), min_size=2, max_size=3), seed=st.integers(0, 2**31 - 1))
+def test_whole_yolox_pipeline_draws_the_same_boxes_on_uint8(items, seed):
+    """UP's yolox training order: boxes and labels identical, pixels close on average (each
+    step rounds once more)."""
+    pipeline = [MOSAIC, {**PERSPECTIVE, "kwargs": {**PERSPECTIVE["kwargs"], "border": [-20, -18]}}, MIXUP, HSV_BGR,
+                {"type": "flip", "kwargs": {"flip_p": 0.5}}, RESIZE]
+    (image8, target8), (imagef, targetf) = run_both(pipeline, items, seed)
+    assert image8.dtype == torch.uint8 and image8.shape == imagef.shape
+    assert torch.equal(target8["labels"], targetf["labels"])
+    assert torch.allclose(target8["boxes"], targetf["boxes"], atol=1e-4)
+    assert float((image8.float() - imagef * 255).abs().mean()) <= 1.0
+
+
+@SETTINGS
+@given(image=pictures(4, 24), gains=st.tuples(*[st.floats(0.0, 2.0)] * 3), bgr=st.booleans())
+def test_uint8_hsv_is_the_float_hsv_rounded(image, gains, bgr):
+    """The uint8 arithmetic against the float path's own functions, any gains (hue wrapping
+    around included), greys and ties between channels included."""
+    image[:, :2] = image[:1, :2]  # greys
+    image[1, 2:4] = image[0, 2:4]  # red = green
+    gains = torch.tensor(gains, dtype=torch.float32)
+    x = image.float() / 255
+    x = x.flip(0) if bgr else x
+    hue, saturation, value = rgb_to_hsv(x)
+    ref = hsv_to_rgb(hue.mul_(gains[0]).remainder_(1.0), saturation.mul_(gains[1]).clamp_(0.0, 1.0),
+                     value.mul_(gains[2]).clamp_(0.0, 1.0))
+    ref = (ref.flip(0) if bgr else ref) * 255
+    assert float((hsv_gains_uint8(image, gains, bgr).float() - ref).abs().max()) <= 0.5 + SLACK
+
+
+def test_custom_to_tensor_is_the_final_conversion():
+    """Folded into the model input at the end of a pipeline; called on an image it converts the
+    same way: without norm_image the model receives [0, 1] (YOLOX scales by 255 itself)."""
+    image = torch.randint(0, 256, (3, 5, 6), dtype=torch.uint8)
+    for norm_image, divisor in ((False, 255.0), (True, 255.0 * 255.0)):
+        steps = build_transforms([{"type": "flip"}, {"type": "custom_to_tensor", "kwargs": {"norm_image": norm_image}}])
+        rest, model_input = split_model_input(steps)
+        assert len(rest.transforms) == 1 and model_input == ModelInput(1 / divisor)
+        to_tensor = steps.transforms[-1]
+        assert torch.equal(to_tensor(image), image.float() / divisor)
+        assert torch.allclose(to_tensor(image.float() / 255), image.float() / divisor)
+
+
+def test_uint8_canvases_take_the_nearest_level_of_the_fill():
+    """fill_color / padding_val are UP's 0-255 values: uint8 images get the nearest level,
+    float images the value / 255."""
+    blank = [{"type": "random_perspective_yolox", "kwargs": {"degrees": 0.0, "translate": 0.0, "scale": [0.5, 0.5],
+                                                             "fill_color": 114.4}}]
+    for dtype, expected in ((torch.uint8, 114), (torch.float32, 114.4 / 255)):
+        image = torch.zeros(3, 16, 16, dtype=dtype)
+        target = {"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
+                  "ignore_boxes": torch.zeros(0, 4), "area": torch.zeros(0)}
+        out, _ = build_transforms(blank)(*to_pipeline(image, target))
+        assert out.dtype == dtype and float(out[0, 0, 0]) == pytest.approx(expected)
