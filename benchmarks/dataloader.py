@@ -4,7 +4,7 @@ pipeline, without and with the image cache; and the detection demo's training sp
 
     python benchmarks/dataloader.py [--workers 0 1 2] [--rounds 3] [--cls-images 256] [--det-images 64]
                                     [--pipelines cls det improve yolox] [--no-cache]
-    python benchmarks/dataloader.py --e2e [--e2e-images 400] [--e2e-workers 0 2] [--before TREE]
+    python benchmarks/dataloader.py --e2e [--e2e-images 400] [--e2e-workers 0 2] [--before TREE] [--rounds 3]
     python benchmarks/dataloader.py --settings [--rounds 3]      # persistent workers, prefetch_factor
 
 The data are JPEG files written to a temporary directory first: ``cls`` 10 class folders of
@@ -271,7 +271,7 @@ def main():
     if args.e2e:
         from dataloader_e2e import run_e2e
 
-        return run_e2e(args.e2e_images, args.e2e_workers, args.before)
+        return run_e2e(args.e2e_images, args.e2e_workers, args.before, args.rounds)
     torch.set_num_threads(1)
     import logging
 

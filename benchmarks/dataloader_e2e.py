@@ -8,14 +8,16 @@ Variants, each 2 epochs of ``up train`` in its own process:
   export, through the ``coco`` dataset), ``dataset.cache: none``;
 - ``files+ram``: the same with ``dataset.cache: ram`` (epoch 2 decodes nothing);
 
-at each ``--e2e-workers`` count. With ``--before TREE`` (an older checkout of the project, e.g.
+at each ``--e2e-workers`` count, ``--rounds`` times (medians). With ``--before TREE`` (an older checkout of the project, e.g.
 ``git archive <commit> | tar -x -C TREE``) the variants that tree supports run on it too, as
-``before``. The runs of one worker count alternate between the trees. A hook (loaded through
+``before``. The runs of one variant alternate between the trees, their order swapping every
+round and variant. A hook (loaded through
 ``runtime.imports``) times each epoch from its start to its last optimizer update (evaluation
 and checkpoints excluded) and counts the images it trained on.
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,7 +85,7 @@ def run_variant(tree, cfg, work):
     return second["images"] / second["seconds"]
 
 
-def run_e2e(num_images, worker_counts, before=None):
+def run_e2e(num_images, worker_counts, before=None, rounds=1):
     from up_trainer.tasks.det.export import export_digits_coco
 
     trees = [("after", REPO)] + ([("before", os.path.abspath(before))] if before else [])
@@ -96,18 +98,20 @@ def run_e2e(num_images, worker_counts, before=None):
                                                       "noise": 0.05, "seed": 0}}
         files = {"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir}}
         variants = [("generated", generated, None), ("files", files, None), ("files+ram", files, "ram")]
-        print(f"digits FCOS demo, {num_images} training scenes, batch 16, epoch 2 images/s; "
+        print(f"digits FCOS demo, {num_images} training scenes, batch 16, epoch 2 images/s (median of {rounds}); "
               f"load average {os.getloadavg()[0]:.1f}")
         print(f"{'tree':<8}{'workers':>8}" + "".join(f"{name:>12}" for name, _, _ in variants))
         for workers in worker_counts:
             figures = {name: {} for name, _ in trees}
-            for k, (name, entry, cache) in enumerate(variants):
-                for tree_name, tree in (trees if k % 2 == 0 else trees[::-1]):
-                    if cache is not None and tree_name == "before":
-                        continue  # no dataset.cache there
-                    run = os.path.join(tmp, f"{tree_name}-{name}-{workers}")
-                    cfg = demo_cfg(entry, workers, cache, os.path.join(tmp, f"{tree_name}-{name}-{workers}.jsonl"))
-                    figures[tree_name][name] = run_variant(tree, cfg, run)
+            for r in range(rounds):
+                for k, (name, entry, cache) in enumerate(variants):
+                    for tree_name, tree in (trees if (k + r) % 2 == 0 else trees[::-1]):
+                        if cache is not None and tree_name == "before":
+                            continue  # no dataset.cache there
+                        tag = f"{tree_name}-{name}-{workers}-{r}"
+                        cfg = demo_cfg(entry, workers, cache, os.path.join(tmp, f"{tag}.jsonl"))
+                        figures[tree_name].setdefault(name, []).append(run_variant(tree, cfg, os.path.join(tmp, tag)))
+            figures = {t: {n: statistics.median(v) for n, v in f.items()} for t, f in figures.items()}
             for tree_name, _ in trees:
                 print(f"{tree_name:<8}{workers:>8}" + "".join(
                     f"{figures[tree_name][n]:>12.1f}" if n in figures[tree_name] else f"{'-':>12}"
