@@ -13,6 +13,9 @@ worker starts:
 - **arena**: ``ram`` is one anonymous shared mapping (MAP_SHARED: forked workers see the very
   same pages, and /dev/shm's size limit does not apply); ``disk`` maps files in
   ``dataset.cache_dir`` that later runs reuse (image_cache_disk.py).
+- **first step**: a detection data set whose pipeline starts with a deterministic step (a
+  fixed resize) lists what that step makes of each image instead (tasks/det/first_step.py), so
+  its later epochs skip the decode and the step.
 - **fill**: lazily. The first time an image is decoded, in whichever process, its bytes are
   copied into its slot; from then on every process copies them out instead of decoding. The
   first epoch costs what it costs uncached plus one copy per image; later epochs decode nothing.
