@@ -81,13 +81,17 @@ def warp_image(image, matrix, out_h, out_w, fill):
     """``image`` (CxHxW, uint8 or float) under the 3x3 ``matrix`` (source -> output, continuous
     pixel coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` (Cx1x1 of
     the image's dtype) outside. Sampling runs in float on a copy of just the part of the image
-    the output reads, band by band of output rows (each band's grid and samples stay in the
-    CPU cache); a uint8 result is rounded to the nearest level."""
+    the output reads, over just the part of the output the image lands on (an affine map keeps
+    both inside the image of the corners), band by band of output rows (each band's grid and
+    samples stay in the CPU cache); a uint8 result is rounded to the nearest level."""
     c, h, w = image.shape
     inverse = torch.linalg.inv(matrix)
     affine = bool(inverse[2, 0] == 0.0) and bool(inverse[2, 1] == 0.0)
-    left, top, right, bottom = _part_read(inverse, out_h, out_w, h, w) if affine else (0, 0, w, h)
-    if right <= left or bottom <= top:  # the output reads nothing of the image
+    # bilinear sampling blends the pixels within one of the point: one pixel of margin, in the
+    # image's units, on both sides
+    left, top, right, bottom = _around(inverse, (0, 0, out_w, out_h), 1, (w, h)) if affine else (0, 0, w, h)
+    x0, y0, x1, y1 = _around(matrix, (-1, -1, w + 1, h + 1), 0, (out_w, out_h)) if affine else (0, 0, out_w, out_h)
+    if right <= left or bottom <= top or x1 <= x0 or y1 <= y0:  # the image lands outside the output
         return fill.expand(c, out_h, out_w).clone()
     cw, ch = right - left, bottom - top
     # Output pixel centres mapped back into grid_sample's grid over the part read (align_corners
@@ -102,16 +106,30 @@ def warp_image(image, matrix, out_h, out_w, fill):
     blank = not bool(shift.any())
     if not blank:  # zeros padding then lands exactly on the fill colour
         pixels = pixels.sub_(shift) if image.dtype != dtype else pixels - shift  # never the caller's pixels
-    xs = torch.arange(out_w, dtype=dtype).add_(0.5)[None, :]
-    out = torch.empty(c, out_h, out_w, dtype=image.dtype)
-    for y0, y1 in row_bands(out_h, out_w):
-        grid = _sampling_grid(coefficients, xs, torch.arange(y0, y1, dtype=dtype).add_(0.5)[:, None], affine)
+    covered = (x0, y0, x1, y1) == (0, 0, out_w, out_h)
+    out = torch.empty(c, out_h, out_w, dtype=image.dtype) if covered else fill.expand(c, out_h, out_w).clone()
+    xs = torch.arange(x0, x1, dtype=dtype).add_(0.5)[None, :]
+    for b0, b1 in row_bands(y1 - y0, x1 - x0):
+        ys = torch.arange(y0 + b0, y0 + b1, dtype=dtype).add_(0.5)[:, None]
+        grid = _sampling_grid(coefficients, xs, ys, affine)
         band = F.grid_sample(pixels[None], grid[None], mode="bilinear", padding_mode="zeros", align_corners=False)[0]
         if not blank:
             band.add_(shift)
         # bilinear weights are convex: uint8 values lie in [0, 255], so + 0.5 and truncation round them
-        out[:, y0:y1] = band if image.is_floating_point() else band.add_(0.5).to(torch.int16)
+        out[:, y0 + b0:y0 + b1, x0:x1] = band if image.is_floating_point() else band.add_(0.5).to(torch.int16)
     return out
+
+
+def _around(matrix, rect, margin, limits):
+    """(left, top, right, bottom) in whole pixels around the image of ``rect`` (x0, y0, x1, y1)
+    under the affine 3x3 ``matrix``, widened by ``margin`` and clipped to [0, limits (w, h)]."""
+    x0, y0, x1, y1 = rect
+    corners = torch.tensor([[x0, y0, 1.0], [x1, y0, 1.0], [x0, y1, 1.0], [x1, y1, 1.0]],
+                           dtype=torch.float64) @ matrix.T
+    (lx, ly), (hx, hy) = corners[:, :2].amin(0).tolist(), corners[:, :2].amax(0).tolist()
+    w, h = limits
+    return (min(max(math.floor(lx) - margin, 0), w), min(max(math.floor(ly) - margin, 0), h),
+            min(max(math.ceil(hx) + margin, 0), w), min(max(math.ceil(hy) + margin, 0), h))
 
 
 def _sampling_grid(coefficients, xs, ys, affine):
@@ -127,18 +145,6 @@ def _sampling_grid(coefficients, xs, ys, affine):
         torch.div(a * xs + b * ys + c, third, out=grid[..., 0])
         torch.div(d * xs + e * ys + f, third, out=grid[..., 1])
     return grid
-
-
-def _part_read(inverse, out_h, out_w, h, w):
-    """(left, top, right, bottom): the pixels of an h x w image that an affine warp (``inverse``:
-    output -> source) to out_h x out_w reads: those around the image of the output's corners."""
-    corners = torch.tensor([[0.0, 0.0, 1.0], [out_w, 0.0, 1.0], [0.0, out_h, 1.0], [out_w, out_h, 1.0]],
-                           dtype=torch.float64) @ inverse.T
-    (lx, ly), (hx, hy) = corners[:, :2].amin(0).tolist(), corners[:, :2].amax(0).tolist()
-    # bilinear sampling at x reads pixels floor(x - 0.5) and the next: one pixel of margin
-    left, top = min(max(math.floor(lx) - 1, 0), w), min(max(math.floor(ly) - 1, 0), h)
-    right, bottom = min(max(math.ceil(hx) + 1, 0), w), min(max(math.ceil(hy) + 1, 0), h)
-    return left, top, right, bottom
 
 
 def warp_boxes(boxes, matrix):
