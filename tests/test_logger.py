@@ -76,7 +76,7 @@ def fake_trainer(run_dir, epoch_len=10, max_epoch=2, display=None):
     return SimpleNamespace(state=st, dist=SimpleNamespace(is_main=True, enabled=False), device=torch.device("cpu"),
                            optim=SimpleNamespace(lr=lambda: 0.01), outputs={}, run_dir=str(run_dir),
                            max_epoch=max_epoch, total_iters=max_epoch * epoch_len, display=display,
-                           scalars=Scalars())
+                           scalars=Scalars(), cfg={"dataset": {"num_workers": 0}})
 
 
 def drive(hook, trainer, clock, n_iters, phase_times, metrics=None):
