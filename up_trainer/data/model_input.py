@@ -31,6 +31,7 @@ import numbers
 import torch
 
 from ..errors import ConfigError
+from .device import to_device
 
 NORMALIZE_ON = ("auto", "device", "workers")
 _normalize_on = "device"
@@ -273,8 +274,6 @@ class FinalConversion:
 def batch_to_model(batch, device, memory_format=None, non_blocking=True):
     """``batch`` on ``device``, its images converted by the ModelInput it carries (if any), 4-D
     image batches laid out in ``memory_format``: the one call between a loader and a model."""
-    from .loader import to_device
-
     if not isinstance(batch, dict) or batch.get("model_input") is None:
         if isinstance(batch, dict) and "model_input" in batch:
             batch = {k: v for k, v in batch.items() if k != "model_input"}
