@@ -3,6 +3,9 @@ every case makes (exit code, one stderr line, no checkpoint lost)."""
 import hashlib
 import os
 import shutil
+import threading
+import time
+from contextlib import contextmanager
 
 import pytest
 import yaml
@@ -81,3 +84,31 @@ class ProcResult:
 
     def __init__(self, returncode, stdout, stderr):
         self.exit_code, self.stdout, self.stderr, self.exception = returncode, stdout or "", stderr or "", None
+
+
+@contextmanager
+def fifo(path, release_after=5.0):
+    """A FIFO at ``path``. Opening one to read blocks until a writer comes; so that code which
+    (wrongly) waits on it fails the test instead of hanging it, a writer opens and closes it
+    for every reader found after ``release_after`` seconds (the reader then sees end of file)."""
+    os.mkfifo(path)
+    stop = threading.Event()
+
+    def release():
+        if stop.wait(release_after):
+            return
+        while not stop.is_set():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while nobody reads
+            except OSError:
+                time.sleep(0.05)
+                continue
+            os.close(fd)
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        thread.join()

@@ -4,43 +4,12 @@ click's own usage errors and long quoted values each make one ``up: error:`` lin
 import os
 import pickle
 import re
-import threading
-import time
 import warnings
-from contextlib import contextmanager
 
 import yaml
 
 from conftest import invoke
-from hostile_helpers import assert_one_line, fingerprint, seed_checkpoint, tiny_cfg, trained_run, write_yaml  # noqa: F401
-
-
-@contextmanager
-def fifo(path, release_after=5.0):
-    """A FIFO at ``path``. Opening one to read blocks until a writer comes; so that code which
-    (wrongly) waits on it fails the test instead of hanging it, a writer opens and closes it
-    for every reader found after ``release_after`` seconds (the reader then sees end of file)."""
-    os.mkfifo(path)
-    stop = threading.Event()
-
-    def release():
-        if stop.wait(release_after):
-            return
-        while not stop.is_set():
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while nobody reads
-            except OSError:
-                time.sleep(0.05)
-                continue
-            os.close(fd)
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        stop.set()
-        thread.join()
+from hostile_helpers import assert_one_line, fifo, fingerprint, seed_checkpoint, tiny_cfg, trained_run, write_yaml  # noqa: F401
 
 
 def test_fifo_as_config_and_as_base(tmp_path):

@@ -80,6 +80,17 @@ def test_decompression_bomb_png_is_one_line(tmp_path, trained_run):  # noqa: F81
     assert fingerprint(save_dir) == before
 
 
+def test_fifo_named_as_an_image_is_one_line(tmp_path):
+    """Images go through the one opener too: a FIFO in an image folder would block a worker."""
+    from hostile_helpers import fifo
+
+    save_png(tmp_path / "data" / "a" / "ok.png", 8, 8)
+    (tmp_path / "data" / "b").mkdir(parents=True)
+    with fifo(tmp_path / "data" / "b" / "pipe.png") as pipe:
+        result = train_folder(tmp_path / "run", tmp_path / "data")
+        assert_one_line(result, f"image {pipe} is a FIFO (named pipe), not a regular file")
+
+
 def test_pixel_limit_is_configurable_and_strict(tmp_path):
     """Pillow only warns between the limit and twice the limit; here that is refused too."""
     save_png(tmp_path / "data" / "a" / "x.png", 8, 8)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError, did_you_mean
+from ..paths import open_input
 from ..registry import IMAGE_READERS
 
 PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L", "L": "L"}  # L: Pillow's name for GRAY
@@ -78,7 +79,10 @@ def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, dr
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # Pillow only warns below 2x the limit
             Image.MAX_IMAGE_PIXELS = _max_pixels
-            with Image.open(path) as img:  # the header only: size guard, format, stored mode
+            # Through the one opener for user-named inputs: a FIFO or device named as an image
+            # would otherwise block a DataLoader worker forever.
+            with open_input(path, "image", error=lambda msg: DataError(f"{where}: {msg}")) as f, \
+                    Image.open(f) as img:  # the header only: size guard, format, stored mode
                 if resize is None and draft is None and _torchvision_decodes(img, pil_mode):
                     return _decode_torchvision(path, pil_mode, exif_transpose)
                 return _decode_pillow(img, pil_mode, resize, exif_transpose, draft)
