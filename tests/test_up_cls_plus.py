@@ -266,8 +266,11 @@ def test_imagenet_lt_averages_per_class_accuracy_within_shot_groups(tmp_path):
     ev.load_files()
     with pytest.raises(DataError, match="2 classes, but the evaluation set has label 3"):
         ev.evaluate(results)
-    with pytest.raises(DataError, match="cannot read a JSON list"):
+    with pytest.raises(DataError, match="cls_freq file not found"):
         LongTailAccuracy(cls_freq=str(tmp_path / "missing.json")).load_files()
+    (tmp_path / "bad.json").write_text("[500,")
+    with pytest.raises(DataError, match="cannot read a JSON list"):
+        LongTailAccuracy(cls_freq=str(tmp_path / "bad.json")).load_files()
 
 
 def test_save_score_keeps_every_class_score_in_the_results(tmp_path):
