@@ -286,7 +286,7 @@ def _hsv_gains_band(image, gains, bgr):
     below = value - 1.0
     red = (r - below).clamp_(min=0.0)
     green = (g - below).clamp_(min=0.0).sub_(red).clamp_(min=0.0)
-    blue = (1.0 - red).sub_(green)
+    blue = torch.rsub(red, 1.0).sub_(green)
     # 6 hue = the sector's start (0, 2, 4; 6 for red with blue above green) + the signed
     # position in it: in [0, 6)
     g_minus_b = g - b
@@ -298,16 +298,18 @@ def _hsv_gains_band(image, gains, bgr):
     new_value = (value * float(gains[2])).clamp_(max=255.0)
     # value x saturation after the gains; saturation = delta / value (0 for black: delta is 0)
     chroma = delta.mul_(float(gains[1])).div_(value.clamp_(min=1.0)).clamp_(max=1.0).mul_(new_value)
-    # How far each channel sits below the value, as a share of the chroma: the trapezoids of
-    # hsv_to_rgb written for x in [0, 6] (red: 0 around x = 0, 1 around x = 3; green and blue
-    # shifted by 2 and 4), one min/max and one clamp each
-    ramps = torch.empty(3, *x.shape)
-    red_ramp, green_ramp, blue_ramp = ramps.unbind(0)[::-1] if bgr else ramps.unbind(0)
-    torch.minimum(x - 1.0, 5.0 - x, out=red_ramp)
-    torch.maximum(1.0 - x, x - 3.0, out=green_ramp)
-    torch.maximum(3.0 - x, x - 5.0, out=blue_ramp)
+    # How far each channel sits below the value, as a share of the chroma (hsv_to_rgb's
+    # trapezoids, written for x in [0, 6]): red 2 - |x - 3|, green |x - 2| - 1, blue |x - 4| - 1,
+    # clamped to [0, 1]
+    centres, signs, offsets = _RAMPS_BGR if bgr else _RAMPS_RGB
+    ramps = torch.addcmul(offsets, (x[None] - centres).abs_(), signs).clamp_(0.0, 1.0)
     # + 0.5 and truncation: rounded half up (every value is >= 0)
-    return torch.addcmul(new_value.add_(0.5), ramps.clamp_(0.0, 1.0), chroma, value=-1.0).to(torch.int16)
+    return torch.addcmul(new_value.add_(0.5), ramps, chroma, value=-1.0).to(torch.int16)
+
+
+# (centres, signs, offsets) of the three ramps, per channel order
+_RAMPS_RGB = tuple(torch.tensor(v).view(3, 1, 1) for v in ([3.0, 2.0, 4.0], [-1.0, 1.0, 1.0], [2.0, -1.0, -1.0]))
+_RAMPS_BGR = tuple(t.flip(0) for t in _RAMPS_RGB)
 
 
 @TRANSFORMS.register("augment_hsv")
