@@ -1,36 +1,33 @@
-"""Checkpoint files: names, atomic writes, the latest pointer, validation and discovery.
+"""Checkpoint files: names, atomic writes, the latest pointer and discovery (loading and
+validation: checkpoint_load.py).
 
 Every file is written to a temporary name in the same directory, flushed and fsynced, moved
 over the final name with os.replace, and the directory is fsynced; a final name never holds a
 partial file. Extra names for the same state (ckpt_latest.pth, ckpt_best.pth) are hard links
 (a copy where the filesystem has none), swapped in with os.replace too, so they never dangle.
 """
-import collections
 import contextlib
 import copy
 import io
 import logging
 import os
-import pickle
 import re
 import shutil
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from ..errors import CheckpointError
-from ..integrity import verify_checksums
+from ..integrity import verify_checksums  # noqa: F401  (importable from here: benchmarks/checkpoint.py)
+from .checkpoint_load import load_checkpoint, position_of, recorded_position
 from .checkpoint_signals import stop_signals_held
-from ..paths import open_input
-from ..weights import load_weights, torch_load  # noqa: F401  (load_weights: importable from here before)
+from ..weights import load_weights  # noqa: F401  (importable from here before)
 
 log = logging.getLogger("up")
 
 LATEST = "ckpt_latest.pth"
 BEST = "ckpt_best.pth"
 FORMAT = "up-trainer/1"
-REQUIRED_KEYS = ("format", "model", "epoch", "iter")
 _NAME_RE = re.compile(r"^ckpt_e(\d+)(?:-i(\d+))?\.pth$")
 _TMP_RE = re.compile(r"^\.ckpt_.*\.pth\.tmp(\d+)$")
 
@@ -144,97 +141,6 @@ def _enable_write_checksums():
     getter = getattr(torch.serialization, "get_crc32_options", None)
     if getter is not None and not getter():
         torch.serialization.set_crc32_options(True)
-
-
-def _zip_without_end(path):
-    """A file that starts as a zip but has no readable central directory: cut short."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(path)
-    except OSError:
-        return False
-
-
-def load_checkpoint(path, map_location="cpu"):
-    """Load and validate a checkpoint; any problem is one CheckpointError line naming the file."""
-    with open_input(path, "checkpoint", CheckpointError) as f:  # a regular file, or one error line
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
-        bad = verify_checksums(f)
-        if bad:
-            raise CheckpointError(f"checkpoint {path} is corrupt ({size} bytes): {bad}")
-        return _validated(_load(f, path, size, map_location), path)
-
-
-def _load(f, path, size, map_location):
-    try:
-        return torch_load(f, map_location=map_location)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        damaged = "zip" in first.lower() or "eof" in first.lower() or _zip_without_end(path)
-        reason = "truncated or corrupt" if damaged else "unreadable"
-        raise CheckpointError(f"checkpoint {path} is {reason} ({size} bytes): {first}") from None
-    except Exception as exc:  # pickle.UnpicklingError from weights_only: foreign objects
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {path} holds objects a safe load refuses: {first}") from None
-
-
-def _validated(ckpt, path):
-    if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path} is not an up-trainer checkpoint (a {type(ckpt).__name__}, not a dict)")
-    missing = [k for k in REQUIRED_KEYS if k not in ckpt]
-    if missing:
-        if "format" in missing and ("state_dict" in ckpt or "model" not in ckpt):
-            raise CheckpointError(f"{path} is not an up-trainer checkpoint (keys: {', '.join(list(ckpt)[:8])}); "
-                                  "use saver.pretrain_model to load foreign weights")
-        raise CheckpointError(f"{path} is not a complete up-trainer checkpoint: missing {', '.join(missing)}")
-    return ckpt
-
-
-class _HeaderUnpickler(pickle.Unpickler):
-    """Reads a checkpoint's pickle without its tensors: every torch global becomes a stub that
-    builds nothing, storages are never looked up, and any other global refuses the file (the
-    full, weights-only load then decides). Nothing the file names is ever executed."""
-
-    def find_class(self, module, name):
-        if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
-        if module == "torch" or module.startswith("torch."):
-            return _nothing
-        raise pickle.UnpicklingError(f"{module}.{name} is not read for a header")
-
-    def persistent_load(self, pid):
-        return None
-
-
-def _nothing(*args, **kwargs):
-    return None
-
-
-def recorded_position(path):
-    """(iteration, epoch) a checkpoint file records, or None when its header does not say.
-
-    Cheap: only the zip's pickle record (a few hundred KB at most) is read, with the tensors
-    left out: 12 ms for a 195 MB resnet50 checkpoint where the validated load takes 0.8 s. The
-    full check is :func:`load_checkpoint`, on the file chosen."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            record = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
-            with archive.open(record) as f:
-                ckpt = _HeaderUnpickler(f).load()
-    except Exception:  # truncated, foreign, legacy format: the full load tells
-        return None
-    return _position_of(ckpt)
-
-
-def _position_of(ckpt):
-    if not isinstance(ckpt, dict):
-        return None
-    iteration, epoch = ckpt.get("iter"), ckpt.get("epoch")
-    if type(iteration) is not int or type(epoch) is not int:
-        return None
-    return iteration, epoch
 
 
 def to_bytes(ckpt):
@@ -406,7 +312,7 @@ class CheckpointStore:
                 except CheckpointError as exc:
                     log.warning("auto_resume: skipping %s", exc)
                     continue
-                position = _position_of(ckpt) or (-1, -1)
+                position = position_of(ckpt) or (-1, -1)
             ranked.append((position, name == LATEST, name, path, ckpt))
         ranked.sort(key=lambda r: r[:3], reverse=True)
         for _, _, _, path, ckpt in ranked:
