@@ -1,5 +1,5 @@
-"""UP's "improve" detection augmentations (its improved RetinaNet recipe), on float [0, 1]
-tensors (no OpenCV):
+"""UP's "improve" detection augmentations (its improved RetinaNet recipe), on CxHxW tensors,
+uint8 or float [0, 1], each keeping its input's dtype (no OpenCV):
 
 - ``stitch_expand`` {expand_ratios, expand_prob}: zoom out by tiling the image 2 x 2 and taking
   a window U(1, expand_ratios) times the image's size that holds at least one whole box.
@@ -13,8 +13,11 @@ tensors (no OpenCV):
 
 In both windows a box stays when its centre is strictly inside the window and is clipped to it
 (UP's rule), so no box leaves the image or becomes empty. Pixel values a UP file writes (``means``,
-``brightness_delta``) are on UP's 0-255 scale and are divided by 255 here. Every random number
-comes from torch's global generator, which the loader seeds per batch.
+``brightness_delta``) are on UP's 0-255 scale: ``means`` is divided by 255 for a float image and
+rounded to a level for a uint8 one. Windows, tiles and pads copy pixels, so the uint8 result is
+the float one exactly; colour changes run in float and round once (the float result to the
+nearest level). Every random number comes from torch's global generator, which the loader seeds per
+batch, and the draws do not depend on the dtype.
 """
 import numbers
 
@@ -25,6 +28,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from ...errors import ConfigError
 from ...registry import TRANSFORMS
+from ..transforms import to_levels, unit_float
 from .transforms import PER_BOX_KEYS, _mark_size, select_boxes
 from .yolox_transforms import check_fill, fill_of, uniform
 
@@ -158,7 +162,8 @@ class Crop:
             if holds_whole_box(box_list, roi):
                 return self._cut(image, target, boxes, roi)
         long = max(h, w)
-        pixels = fill_of(self.means, image.shape[0], "crop.means").expand(image.shape[0], long, long).clone()
+        fill = fill_of(self.means, image.shape[0], "crop.means", dtype=image.dtype)
+        pixels = fill.expand(image.shape[0], long, long).clone()
         pixels[:, :h, :w] = image.as_subclass(torch.Tensor)
         return _new_canvas(image, target, pixels, torch.ones(len(boxes), dtype=torch.bool), boxes, long, long)
 
@@ -236,7 +241,8 @@ class ColorJitterUP:
     contrast or saturation means U(max(0, 1 - v), 1 + v), for hue U(-v, v) (torchvision's hue
     turn, within [-0.5, 0.5]); a pair [min, max] is used as given. ``brightness_delta`` adds
     U(0, d) in 0-255 units, ``hue_delta`` turns the hue by U(0, d) degrees (UP floors both
-    ranges at 0), ``channel_shuffle`` permutes the channels. Values are clipped to [0, 1]."""
+    ranges at 0), ``channel_shuffle`` permutes the channels. Values are clipped to the range
+    ([0, 1] for float, 0-255 for uint8)."""
 
     def __init__(self, brightness: object = 0, contrast: object = 0, saturation: object = 0, hue: object = 0,
                  brightness_delta: object = 0, hue_delta: object = 0, channel_shuffle: bool = False,
@@ -266,7 +272,11 @@ class ColorJitterUP:
 
     def __call__(self, image, target=None):
         pixels = image.as_subclass(torch.Tensor)
-        for name, amount in self.draw(pixels.shape[0]):
+        changes = self.draw(pixels.shape[0])
+        as_uint8 = pixels.dtype == torch.uint8 and bool(changes)
+        if as_uint8:  # changed in float, rounded once (torchvision's uint8 kernels truncate each step)
+            pixels = unit_float(pixels)
+        for name, amount in changes:
             if name == "brightness":
                 pixels = TF.adjust_brightness(pixels, amount)
             elif name == "contrast":
@@ -281,6 +291,8 @@ class ColorJitterUP:
                 pixels = _shift_hue(pixels, amount)
             else:
                 pixels = pixels[amount]
+        if as_uint8:
+            pixels = to_levels(pixels)
         out = tv_tensors.wrap(pixels, like=image) if isinstance(image, tv_tensors.Image) else pixels
         return out if target is None else (out, target)
 
