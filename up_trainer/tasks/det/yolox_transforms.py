@@ -100,8 +100,9 @@ def warp_image(image, matrix, out_h, out_w, fill):
                               [0.0, 0.0, 1.0]], dtype=torch.float64)
     coefficients = (normalise @ inverse).tolist()
     dtype = image.dtype if image.is_floating_point() else torch.float32
-    # contiguous CxHxW whatever the layout of the image: grid_sample gathers channel by channel
-    pixels = image[:, top:bottom, left:right].to(dtype, memory_format=torch.contiguous_format)
+    # in the image's own memory layout: converting a channels-last canvas to a CxHxW copy costs
+    # more than grid_sample loses reading channels-last
+    pixels = image[:, top:bottom, left:right].to(dtype)
     shift = fill.to(dtype)
     blank = not bool(shift.any())
     if not blank:  # zeros padding then lands exactly on the fill colour
