@@ -12,6 +12,7 @@ import yaml
 from .config.redact import RedactingFilter, redact, redact_argv
 from .errors import CheckpointError, ConfigError, printable
 from .paths import check_writable, guard_output_dir  # noqa: F401  (check_writable: imported from here before)
+from .writers.run_files import appending, write_text
 
 log = logging.getLogger("up")
 
@@ -78,16 +79,15 @@ def write_resolved_config(cfg, run_dir):
     # one comment line each, whatever a value holds (a newline in --work-dir): the file loads back
     header = "".join(f"# {k}: {printable(v)}\n" for k, v in env_info().items())
     path = os.path.join(run_dir, "config.yaml")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("# resolved by up train\n" + header)
-        yaml.safe_dump(redact(cfg), f, sort_keys=False)
+    # a run file like any other: written whole or not at all, a full disk is one line (exit 2)
+    write_text(path, "# resolved by up train\n" + header + yaml.safe_dump(redact(cfg), sort_keys=False))
     return path
 
 
 def note_in_resolved_config(run_dir, line):
     """Append a decision taken at build time (e.g. the precision) to config.yaml as a comment:
     the file still loads as the config that was asked for, and says what ran."""
-    with open(os.path.join(run_dir, "config.yaml"), "a", encoding="utf-8") as f:
+    with appending(os.path.join(run_dir, "config.yaml")) as f:
         f.write(f"# {printable(line)}\n")
 
 

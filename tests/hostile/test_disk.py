@@ -10,6 +10,7 @@ import sys
 from contextlib import contextmanager
 
 import pytest
+import yaml
 
 from conftest import REPO, invoke
 from hostile_helpers import assert_one_line, copy_run, fingerprint, tiny_cfg, trained_run, write_yaml  # noqa: F401
@@ -21,6 +22,9 @@ def resume_cfg(tmp_path, async_write=True):
     """Resume the trained one-epoch run for a second epoch (whose checkpoint is due)."""
     cfg = tiny_cfg(runtime={"seed": 5, "num_threads": 1, "imports": ["optim_helpers"]}, trainer={"max_epoch": 2},
                    saver={"save_dir": "checkpoints", "auto_resume": True, "async_write": async_write})
+    # eval_insight's confusion-matrix PNG is a run file larger than half a checkpoint: it would
+    # meet the limit first (a run-file failure: test_run_lifecycle.py); here the checkpoint must
+    cfg["default_hooks"] = {"insight": None}
     return write_yaml(tmp_path / "cfg.yaml", cfg)
 
 
@@ -42,12 +46,13 @@ def run_limited(cfg, work_dir, max_file_bytes):
     return Result(proc)
 
 
-def assert_failed_write_kept_the_past(result, save_dir, before, name="ckpt_e2.pth", why="File too large"):
+def assert_failed_write_kept_the_past(result, save_dir, before, name="ckpt_e2.pth", why="File too large",
+                                      run_dir=None):
     assert_one_line(result, f"cannot write checkpoint {save_dir / name}: {why}; "
                     "the checkpoints written before it are intact")
     assert fingerprint(save_dir) == before  # ckpt_e1, latest and best: byte for byte
     assert not [n for n in os.listdir(save_dir) if ".tmp" in n]  # no temp file left behind
-    log = (save_dir.parent / "train.log").read_text()
+    log = ((run_dir or save_dir.parent) / "train.log").read_text()
     assert "checkpoint written" not in log and name not in log.replace(f"cannot write checkpoint {save_dir / name}", "")
 
 
@@ -88,13 +93,18 @@ def fill(directory, leave_bytes):
 
 
 def test_disk_full_during_a_checkpoint_write(tmp_path, trained_run):  # noqa: F811
+    """Only save_dir is on the full disk (the run dir's own files on a full disk: the run-file
+    cases of test_run_lifecycle.py), so the checkpoint is the write that fails."""
     with small_tmpfs(tmp_path / "disk", 1024) as disk:
         save_dir = copy_run(trained_run, disk)
         before = fingerprint(save_dir)
-        cfg = resume_cfg(tmp_path)
-        fill(disk, leave_bytes=16 * 1024)  # room for train.log and metrics, not for a 38 KB checkpoint
-        result = invoke(["train", "--config", cfg, "--work-dir", disk])
-        assert_failed_write_kept_the_past(result, save_dir, before, why="No space left on device")
+        cfg = yaml.safe_load(open(resume_cfg(tmp_path)))
+        cfg["saver"]["save_dir"] = str(save_dir)
+        cfg = write_yaml(tmp_path / "cfg.yaml", cfg)
+        fill(disk, leave_bytes=16 * 1024)  # room for the directory lock, not for a 38 KB checkpoint
+        result = invoke(["train", "--config", cfg, "--work-dir", tmp_path / "work"])
+        assert_failed_write_kept_the_past(result, save_dir, before, why="No space left on device",
+                                          run_dir=tmp_path / "work")
 
 
 def test_full_work_dir_at_start(tmp_path, trained_run):  # noqa: F811

@@ -131,6 +131,7 @@ class Trainer:
                 if self.train_epoch():
                     self.finish_epoch()
             self._rotate()
+            self.store.flush()  # the last checkpoint is on disk (or its failure raised) before the end-of-run hooks
             self.hooks.call("after_train", self)
         except TrainingInterrupted:
             self._flush_stopping()  # the interrupt snapshot is on disk before the process exits
