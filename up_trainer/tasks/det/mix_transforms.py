@@ -37,9 +37,10 @@ def _pair(value, name):
 
 def _resized(image, h, w):
     """Bilinear resize (no antialiasing, as OpenCV's INTER_LINEAR) of a CxHxW tensor. uint8 goes
-    through torch's uint8 kernel (rounded to the nearest level); float through
-    :func:`_linear_resize`, because torch's float kernel gives results that differ in the last
-    bit with the thread count, and the main process must draw what a worker draws."""
+    through torch's uint8 kernel (it rounds after each axis: within a level of the float
+    result); float through :func:`_linear_resize`, because torch's float kernel gives results
+    that differ in the last bit with the thread count, and the main process must draw what a
+    worker draws."""
     if tuple(image.shape[-2:]) == (h, w):
         return image
     if image.dtype == torch.uint8:
