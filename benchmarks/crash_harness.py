@@ -12,7 +12,7 @@ had finished; or death by the signal after training, once the default handlers a
 never exit 1 ("DataLoader worker killed"). After every kill, every file
 named ckpt_* must load with weights_only=True. When the kills are spent, the run is finished
 without interruption and its final weights must be bitwise equal to those of a run that was
-never killed. tests/test_crash_harness.py runs a short version.
+never killed. tests/engine/test_crash_harness.py runs a short version.
 """
 import argparse
 import os

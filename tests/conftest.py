@@ -1,5 +1,6 @@
 """Shared test helpers: a tiny digits config and an in-process CLI runner."""
 import os
+import sys
 
 import pytest
 import torch
@@ -8,7 +9,31 @@ from click.testing import CliRunner
 
 from up_trainer.cli import main
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+PLUGINS = os.path.join(TESTS, "plugins")  # modules named in runtime.imports by tests
+HELPERS = os.path.join(TESTS, "helpers")  # shared test helpers imported by name
+UP_FIXTURES = os.path.join(TESTS, "fixtures", "up")  # UP's own config files, unchanged
+# What a training subprocess started by a test needs on PYTHONPATH to import the plugins.
+SUBPROCESS_PATH = os.pathsep.join([PLUGINS, HELPERS, TESTS, REPO])
+
+
+def _test_module_dirs():
+    """Every folder under tests/ holding test modules. Test modules share pieces by module name
+    (``from test_train_e2e import train``), so every such folder is importable whatever order
+    pytest collects them in; names are unique across folders (pytest's rootdir-less import mode
+    needs that too)."""
+    dirs = []
+    for root, subdirs, files in os.walk(TESTS):
+        subdirs[:] = sorted(d for d in subdirs if d not in ("fixtures", "__pycache__"))
+        if any(f.startswith("test_") and f.endswith(".py") for f in files):
+            dirs.append(root)
+    return dirs
+
+
+for _path in (*_test_module_dirs(), HELPERS, PLUGINS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 
 def tiny_cfg(**sections):
@@ -26,6 +51,14 @@ def tiny_cfg(**sections):
         "net": {"type": "resnet18", "kwargs": {"num_classes": 10, "in_channels": 1, "small_input": True}},
     }
     return merge_sections(cfg, sections)
+
+
+def loader_cfg(**kw):
+    """The dataset section's loader keys with their defaults, for building loaders directly."""
+    cfg = {"batch_size": 4, "test_batch_size": None, "num_workers": 0, "pin_memory": False, "drop_last": False,
+           "fix_seed": False, "aspect_ratio_groups": None, "alignment": 1, "pad_value": 0, "batch_fn": None}
+    cfg.update(kw)
+    return cfg
 
 
 def merge_sections(cfg, sections):

@@ -14,12 +14,11 @@ import sys
 
 import torch
 
-from conftest import REPO, tiny_cfg, write_cfg
+from conftest import REPO, SUBPROCESS_PATH, tiny_cfg, write_cfg
 
 # Deterministic cuBLAS needs a fixed workspace, chosen before the first CUDA matmul of this
 # process (runtime.deterministic sets the same default for `up train`).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cuda_cfg(probe_path, *, imports=(), hooks=(), **sections):
@@ -36,7 +35,7 @@ def probe(path):
 
 
 def child_env():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]))
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     return env

@@ -12,10 +12,9 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
-from conftest import REPO, invoke
+from conftest import REPO, SUBPROCESS_PATH, invoke
 from hostile_helpers import assert_one_line, copy_run, fingerprint, tiny_cfg, trained_run, write_yaml  # noqa: F401
 
-TESTS = os.path.join(REPO, "tests")
 
 
 def resume_cfg(tmp_path, async_write=True):
@@ -40,7 +39,7 @@ def run_limited(cfg, work_dir, max_file_bytes):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write() instead of a kill
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "up_trainer", "train", "--config", cfg, "--work-dir", str(work_dir)],
                           cwd=REPO, env=env, capture_output=True, text=True, preexec_fn=limit, timeout=300)
     return Result(proc)

@@ -10,10 +10,9 @@ import time
 
 import torch
 
-from conftest import REPO, invoke
+from conftest import REPO, SUBPROCESS_PATH, invoke
 from hostile_helpers import ProcResult, assert_one_line, fingerprint, tiny_cfg, write_yaml
 
-TESTS = os.path.join(REPO, "tests")
 
 
 def cfg_file(tmp_path, name, hooks=(), max_epoch=1, imports=(), **sections):
@@ -27,7 +26,7 @@ def cfg_file(tmp_path, name, hooks=(), max_epoch=1, imports=(), **sections):
 
 def start(cfg, work_dir, env=None):
     """`up train` in a session of its own: its pid is its process group, as under srun."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), **(env or {}))
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH, **(env or {}))
     cmd = [sys.executable, "-m", "up_trainer", "train", "--config", cfg, "--work-dir", str(work_dir)]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -2,7 +2,7 @@
 
 faster-coco-eval reimplements COCOeval's evaluate/accumulate in C++ with the same matching
 rules, so every summary value (AP, AP50 ... ARl) and the precision array equal pycocotools'
-(tests/test_coco_backend.py compares them). ``auto`` takes it when it imports, else
+(tests/tasks/det/test_coco_backend.py compares them). ``auto`` takes it when it imports, else
 pycocotools (a dependency of the package, always there).
 """
 import contextlib

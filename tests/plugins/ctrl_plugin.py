@@ -1,4 +1,4 @@
-"""Loaded through runtime.imports (tests/ on PYTHONPATH) by the checkpoint/control hook tests.
+"""Loaded through runtime.imports (tests/plugins on PYTHONPATH) by the checkpoint/control hook tests.
 
 test_gate makes signal tests deterministic: at chosen points (after the update of iteration
 N, after the evaluation of epoch E) it drops a marker file and then either sends a real

@@ -1,4 +1,4 @@
-"""Loaded through runtime.imports (with tests/ on PYTHONPATH) by tests/test_dist.py.
+"""Loaded through runtime.imports (with tests/plugins on PYTHONPATH) by tests/engine/test_dist.py.
 
 dist_mlp: a BatchNorm-free, dropout-free MLP, so N ranks x batch B/N compute exactly the
 gradient of 1 rank x batch B (up to float summation order).

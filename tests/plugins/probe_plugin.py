@@ -1,4 +1,4 @@
-"""Loaded through runtime.imports (tests/ on PYTHONPATH): records what a run really used
+"""Loaded through runtime.imports (tests/plugins on PYTHONPATH): records what a run really used
 (process group, DDP, device, memory format, cuDNN flags, peak CUDA memory) in a JSON file,
 for tests that cannot see inside a training subprocess."""
 import json

@@ -5,6 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import loader_cfg
+
 from up_trainer.data.batching import AspectRatioBatchSampler, BatchCutMixup, BatchMixup, pad_images
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.data.readers import build_reader
@@ -13,13 +15,6 @@ from up_trainer.engine.builder import special_bn_init
 from up_trainer.errors import ConfigError
 from up_trainer.registry import DATASETS
 from up_trainer.tasks.transforms import build_transforms
-
-
-def loader_cfg(**kw):
-    cfg = {"batch_size": 4, "test_batch_size": None, "num_workers": 0, "pin_memory": False, "drop_last": False,
-           "fix_seed": False, "aspect_ratio_groups": None, "alignment": 1, "pad_value": 0, "batch_fn": None}
-    cfg.update(kw)
-    return cfg
 
 
 @pytest.fixture

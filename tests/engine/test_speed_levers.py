@@ -100,7 +100,7 @@ def tiny_compiled_cfg(compile_value, max_epoch=2):
 @pytest.mark.slow
 def test_compiled_model_trains_keeps_plain_checkpoint_keys_and_resumes(tmp_path, run_up):
     """torch.compile on CPU (inductor builds C++ kernels): about 30-60 s on a busy 2-core box,
-    hence ``slow``; run it with ``python -m pytest -m slow tests/test_speed_levers.py``."""
+    hence ``slow``; run it with ``python -m pytest -m slow tests/engine/test_speed_levers.py``."""
     started = time.perf_counter()
     plain, _ = train(run_up, tmp_path, "plain", tiny_compiled_cfg(False))
     compiled, res = train(run_up, tmp_path, "compiled", tiny_compiled_cfg(True))
@@ -147,7 +147,7 @@ print("iterated")
 def test_persistent_workers_mix_and_augment_by_the_epoch_they_serve():
     """batch_fn (mixing in the collate step) and augmentation inside long-lived workers follow
     the epoch of each iteration, as in the main process; a mid-epoch start too."""
-    from test_up_loading import loader_cfg
+    from conftest import loader_cfg
 
     from up_trainer.data.loader import LoaderFactory
     from up_trainer.registry import DATASETS

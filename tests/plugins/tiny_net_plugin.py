@@ -1,4 +1,4 @@
-"""Loaded through runtime.imports (tests/ on PYTHONPATH): a classifier small enough that
+"""Loaded through runtime.imports (tests/plugins on PYTHONPATH): a classifier small enough that
 torch.compile builds it in seconds on CPU (test_speed_levers.py)."""
 import torch.nn.functional as F
 from torch import nn

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import REPO
+from conftest import REPO, UP_FIXTURES
 from up_trainer.config import resolve_config
 from up_trainer.engine.optim import Optimization
 
@@ -58,7 +58,7 @@ def test_up_form_gets_ups_defaults_recorded_in_origin(tmp_path):
 
 
 def test_written_keys_and_opts_win_and_native_keeps_its_defaults(tmp_path):
-    det = resolve_config(os.path.join(REPO, "tests", "data", "up", "det", "retinanet-r50_1x.yaml"))
+    det = resolve_config(os.path.join(UP_FIXTURES, "det", "retinanet-r50_1x.yaml"))
     sched = det["trainer"]["lr_scheduler"]
     assert (sched["warmup_type"], sched["warmup_ratio"], sched["warmup_register_type"]) == ("linear", 0.001, "base")
     cfg = resolve_config(write(tmp_path, UP_TRAINER), ["trainer.lr_scheduler.warmup_register_type=no_scale_lr"])

@@ -9,6 +9,7 @@ from torch import nn
 
 from up_trainer.engine.lr_schedulers import build_lr_scheduler
 from up_trainer.errors import ConfigError
+from conftest import UP_FIXTURES  # noqa: E402
 
 
 def make(cfg, lr=0.1, upe=4, max_epoch=6, groups=1, momentum=0.9, **kw):
@@ -185,7 +186,7 @@ def test_ups_yolox_file_schedule_and_groups_end_to_end():
     from up_trainer.config import resolve_config
     from up_trainer.engine.optim import Optimization
 
-    cfg = resolve_config(os.path.join(os.path.dirname(__file__), "data", "up", "det", "yolox", "yolox_small.yaml"))
+    cfg = resolve_config(os.path.join(UP_FIXTURES, "det", "yolox", "yolox_small.yaml"))
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
     n, world = 2, 2  # updates per epoch, processes
     optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), n,

@@ -1,7 +1,7 @@
 """auto_checkpoint with real signals: a real `python -m up_trainer train` subprocess is sent
 SIGTERM mid-epoch and resumed; other signal paths run in-process with real os.kill signals.
 
-The test_gate hook (tests/ctrl_plugin.py) holds the run at a known boundary until the
+The test_gate hook (tests/plugins/ctrl_plugin.py) holds the run at a known boundary until the
 signal is queued, so the snapshot's iteration is deterministic however loaded the box is.
 """
 import os
@@ -14,10 +14,9 @@ import time
 import torch
 import yaml
 
-from conftest import REPO
+from conftest import REPO, SUBPROCESS_PATH
 
 DIGITS = os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml")
-TESTS = os.path.join(REPO, "tests")
 # 96 train images / batch 16 = 6 iterations per epoch; 8x8 images; one thread (a busy box).
 SMALL = {
     "runtime": {"seed": 7, "num_threads": 1, "imports": ["ctrl_plugin"]},
@@ -54,7 +53,7 @@ def snapshots(ckpts):
 
 
 def popen(cfg, work_dir, *extra, env=None):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), **(env or {}))
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH, **(env or {}))
     cmd = [sys.executable, "-m", "up_trainer", "train", "--config", cfg, "--work-dir", str(work_dir), *extra]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

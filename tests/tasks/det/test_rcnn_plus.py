@@ -14,8 +14,9 @@ from up_trainer.tasks.det.rcnn_plus import (FcosCriterion, FcosPostprocess, Scal
                                             fcos_points, fcos_targets)
 from up_trainer.tasks.net import build_model
 from up_trainer.tasks.up_nets import check_up_net
+from conftest import UP_FIXTURES  # noqa: E402
 
-UP_DET = os.path.join(os.path.dirname(__file__), "data", "up", "det")
+UP_DET = os.path.join(UP_FIXTURES, "det")
 
 
 def up_net(rel):

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from up_trainer.cli import main
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO  # noqa: E402
 CONFIG = os.path.join(REPO, "configs", "det", "digits_atss.yaml")
 TINY = ["dataset.train.kwargs.num_images=8", "dataset.test.kwargs.num_images=4", "dataset.batch_size=4",
         "dataset.test_batch_size=4", "trainer.max_epoch=1", "trainer.lr_scheduler.warmup_iter=1",

@@ -9,13 +9,14 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from test_up_loading import loader_cfg
+from conftest import loader_cfg
 from test_yolox_transforms import FAST, NUM_LABELS, PaintedBoxes, check_boxes, colour_of, sample, scenes
 
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.errors import ConfigError
 from up_trainer.tasks.det.digits_det import DigitsDetection
 from up_trainer.tasks.transforms import build_transforms
+from conftest import UP_FIXTURES  # noqa: E402
 
 STITCH = {"type": "stitch_expand", "kwargs": {"expand_ratios": 2.0, "expand_prob": 0.5}}
 CROP = {"type": "crop", "kwargs": {"means": [123.675, 116.28, 103.53], "scale": 1024, "crop_prob": 0.5}}
@@ -177,7 +178,7 @@ def test_up_improve_files_pipelines_build_after_the_dataset_translation():
 
     from up_trainer.config.up_dataset import translate_dataset
 
-    pattern = os.path.join(os.path.dirname(__file__), "data", "up", "det", "retinanet", "*improve*.yaml")
+    pattern = os.path.join(UP_FIXTURES, "det", "retinanet", "*improve*.yaml")
     files = sorted(glob.glob(pattern))
     assert len(files) == 4
     for path in files:

@@ -12,8 +12,9 @@ from up_trainer.errors import ConfigError
 from up_trainer.tasks.net import build_model
 from up_trainer.tasks.up_nets import check_up_net
 from up_trainer.tasks.up_nets.det_parts import UPMatcher
+from conftest import UP_FIXTURES  # noqa: E402
 
-UP_DET = os.path.join(os.path.dirname(__file__), "data", "up", "det")
+UP_DET = os.path.join(UP_FIXTURES, "det")
 
 
 def up_net(name, backbone="resnet18"):

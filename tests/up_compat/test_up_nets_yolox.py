@@ -14,8 +14,9 @@ from up_trainer.errors import ConfigError
 from up_trainer.tasks.det.yolox.layers import DWConv
 from up_trainer.tasks.net import build_model
 from up_trainer.tasks.up_nets import check_up_net
+from conftest import UP_FIXTURES  # noqa: E402
 
-UP_YOLOX = os.path.join(os.path.dirname(__file__), "data", "up", "det", "yolox")
+UP_YOLOX = os.path.join(UP_FIXTURES, "det", "yolox")
 
 
 def up_net(name):

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, tiny_cfg, write_cfg
+from conftest import REPO, SUBPROCESS_PATH, tiny_cfg, write_cfg
 
 
 def train(run_up, tmp_path, name, cfg, *extra):
@@ -165,7 +165,7 @@ def test_sigkill_during_checkpoint_write_leaves_loadable_files(tmp_path):
     cfg_killed = dict(cfg, runtime={"seed": 3, "imports": ["slow_save_plugin"]})
     run_dir = tmp_path / "run"
     marker = tmp_path / "writing"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "tests"), REPO]), UP_TEST_MARKER=str(marker),
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH, UP_TEST_MARKER=str(marker),
                UP_TEST_STALL_AT="2")
     cmd = [sys.executable, "-m", "up_trainer", "train", "--work-dir", str(run_dir), "--config"]
     proc = subprocess.Popen(cmd + [write_cfg(tmp_path / "k.yaml", cfg_killed)], cwd=REPO, env=env,

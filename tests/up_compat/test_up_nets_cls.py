@@ -12,8 +12,9 @@ import yaml
 from up_trainer.errors import ConfigError
 from up_trainer.tasks.net import build_model
 from up_trainer.tasks.up_nets import check_up_net, is_up_net
+from conftest import UP_FIXTURES  # noqa: E402
 
-UP_CLS = os.path.join(os.path.dirname(__file__), "data", "up", "cls")
+UP_CLS = os.path.join(UP_FIXTURES, "cls")
 # UP files whose net is not mapped, with the start of the one-line refusal.
 REFUSED = {
     "convnext/convnext_s.yaml": "net[0].type: convnext_small is UP's ConvNeXt-S backbone",

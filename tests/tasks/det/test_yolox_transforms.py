@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_up_loading import loader_cfg
+from conftest import loader_cfg
 
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.errors import ConfigError
@@ -13,6 +13,7 @@ from up_trainer.tasks.det.datasets import DetDataset
 from up_trainer.tasks.det.digits_det import DigitsDetection
 from up_trainer.tasks.det.yolox_transforms import hsv_to_rgb, rgb_to_hsv
 from up_trainer.tasks.transforms import build_transforms
+from conftest import UP_FIXTURES  # noqa: E402
 
 NUM_LABELS = 60
 FAST = settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -238,7 +239,7 @@ def test_up_yolox_files_pipelines_build_after_the_dataset_translation():
 
     from up_trainer.config.up_dataset import translate_dataset
 
-    files = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "data", "up", "det", "yolox", "*.yaml")))
+    files = sorted(glob.glob(os.path.join(UP_FIXTURES, "det", "yolox", "*.yaml")))
     assert len(files) == 8
     for path in files:
         with open(path) as f:

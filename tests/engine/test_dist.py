@@ -10,13 +10,12 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, invoke, tiny_cfg, write_cfg
+from conftest import REPO, SUBPROCESS_PATH, invoke, tiny_cfg, write_cfg
 from up_trainer.data.sampler import ResumableSampler
 from up_trainer.engine.distributed_launch import slurm_env
 from up_trainer.engine.hostlist import expand_hostlist, slurm_hostnames
 from up_trainer.errors import ConfigError
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.dirname(sys.executable)
 TIMEOUT = 20  # runtime.dist_timeout of the multi-process runs, seconds
 
@@ -95,7 +94,7 @@ def dist_cfg(tmp_path, name, batch_size=8, **over):
 
 
 def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, REPO]), OMP_NUM_THREADS="1",
+    env = dict(os.environ, PYTHONPATH=SUBPROCESS_PATH, OMP_NUM_THREADS="1",
                TORCHRUN=os.path.join(VENV_BIN, "torchrun"), **extra)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)

@@ -11,7 +11,7 @@ drops to 0.0004 and top-1 settles above 95 %. Measured (2-core machine shared wi
 work, 16 px images): 94.7 % at epoch 115, 95.5 % at 120, 96.1 % at 125, 95.5 % at 130;
 a straight run of this test took 10 min 26 s (125 epochs, about 5 s each, shared 2-core
 machine; the same top-1 at every evaluation as the run resumed in pieces). It is opt-in:
-``UP_TRAINER_SLOW_TESTS=1 pytest tests/test_up_res18_digits.py``.
+``UP_TRAINER_SLOW_TESTS=1 pytest tests/up_compat/test_up_res18_digits.py``.
 """
 import json
 import os
@@ -19,9 +19,9 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO, invoke
+from conftest import REPO, invoke, UP_FIXTURES
 
-RES18 = os.path.join(REPO, "tests", "data", "up", "cls", "resnet", "res18.yaml")
+RES18 = os.path.join(UP_FIXTURES, "cls", "resnet", "res18.yaml")
 SIZE = 16
 EPOCHS = 125
 

@@ -1,4 +1,4 @@
-"""UP's own config files (tests/data/up, copied unchanged from UP) run here.
+"""UP's own config files (tests/fixtures/up, copied unchanged from UP) run here.
 
 - The families this project maps (cls: resnet, mobilenetv2, mobilenetv3, regnet, swin,
   vision_transformer; det: retinanet-r50_1x*, faster_rcnn_r50_fpn_1x, faster_rcnn_r50_C4_1x, rfcn,
@@ -25,10 +25,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO, invoke
+from conftest import REPO, invoke, UP_FIXTURES
 from up_trainer.tasks.up_nets.vit import VITS
 
-UP_DIR = os.path.join(REPO, "tests", "data", "up")
+UP_DIR = UP_FIXTURES
 IMAGE_SIZE = 32  # crop / resize size for classification; detection resizes to DET_SCALE
 DET_SCALE, DET_MAX = 64, 96
 MOSAIC = 64  # a YOLOX mosaic's tar_size: a 128 x 128 canvas, cut back to 64 x 64 by the perspective border
@@ -75,7 +75,7 @@ DRY_RUN_GAPS = {}
 BIG = {f"cls/swin/swin_transformer_{name}.yaml" for name in ("base_224", "large_224", "large_384")}
 # The C4 Faster R-CNN runs ResNet-50's stage 5 on every sampled RoI (up to 2 x 512 of 7 x 7), the
 # Cascade R-CNN three 12544 x 1024 FC stages and their RoIAlign backward on 2 x 512 RoIs: 10-50 s a
-# step on 2 busy cores. tests/test_rcnn_plus.py trains the same code at resnet18 size.
+# step on 2 busy cores. tests/tasks/det/test_rcnn_plus.py trains the same code at resnet18 size.
 BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml"}
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
