@@ -106,3 +106,14 @@ def load_fitting(module, state, source, scope=None, adapt=None):
             log.warning("%s: %d %s keys: %s", source, len(keys), title, ", ".join(keys[:SHOWN_KEYS]) +
                         (" ..." if len(keys) > SHOWN_KEYS else ""))
     return {"loaded": sorted(loaded), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+
+
+def match_prefixes(weights, own):
+    """Key names as the model has them: DDP's ``module.`` dropped, and a bare torchvision
+    state dict placed under the wrapper's ``backbone.`` when that is where its keys fit."""
+    weights = {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
+    direct = sum(k in own for k in weights)
+    nested = sum(f"backbone.{k}" in own for k in weights)
+    if nested > direct:
+        weights = {f"backbone.{k}": v for k, v in weights.items()}
+    return weights

@@ -13,6 +13,7 @@ import hashlib
 
 from ..errors import ConfigError, did_you_mean
 from .up_dataset import native_pipeline_key, translate_dataset
+from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
 from .up_trainer_defaults import apply_up_trainer_defaults
 
@@ -92,7 +93,7 @@ def trainer_defaults(cfg, notes):
     notes.extend(apply_up_trainer_defaults(cfg))
 
 
-UP_STEPS = [runtime_defaults, top_level_keys, trainer_defaults]
+UP_STEPS = [runtime_defaults, translate_distill, top_level_keys, trainer_defaults]
 
 
 def file_digest(path):

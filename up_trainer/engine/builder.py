@@ -11,11 +11,11 @@ from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
-from ..weights import load_fitting, load_weights
+from ..weights import load_fitting, load_weights, match_prefixes
 from .checkpoint import CheckpointStore, load_checkpoint
 from .distributed import DistInfo
 from .rng import seed_everything
-from .speed import prepare_model, set_backend_flags
+from .speed import batch_memory_format, prepare_model, set_backend_flags
 
 log = logging.getLogger("up")
 
@@ -145,6 +145,11 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         special_bn_init(model)
     model = prepare_model(model.to(device), rt)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
+    if with_optim and train_set is not None and cfg.get("distill"):  # teachers hook the bare student (distill/)
+        from ..distill import attach_distillation
+
+        hooks.add(attach_distillation(cfg, model, device, batch_memory_format(rt),
+                                      lambda p: resolve_path(p, work_dir)), name="distill")
     optim = None
     if with_optim and train_set is not None:
         optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len(),
@@ -262,19 +267,8 @@ def load_pretrained(module, path):
         weights = load_weights(path)
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
-    weights = _match_prefixes(weights, module.state_dict())
+    weights = match_prefixes(weights, module.state_dict())
     translate = getattr(module, "translate_up_weights", None)  # a UP net: UP's parameter names too
     if translate is not None:
         weights = translate(weights)
     return load_fitting(module, weights, f"pretrain_model {path}")
-
-
-def _match_prefixes(weights, own):
-    """Key names as the model has them: DDP's ``module.`` dropped, and a bare torchvision
-    state dict placed under the wrapper's ``backbone.`` when that is where its keys fit."""
-    weights = {k[len("module."):] if k.startswith("module.") else k: v for k, v in weights.items()}
-    direct = sum(k in own for k in weights)
-    nested = sum(f"backbone.{k}" in own for k in weights)
-    if nested > direct:
-        weights = {f"backbone.{k}": v for k, v in weights.items()}
-    return weights

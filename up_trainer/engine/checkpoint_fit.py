@@ -40,7 +40,11 @@ def check_weights(module, saved, path, what="weights"):
 
 
 def load_fitting_weights(module, weights, path):
-    """Load ``weights`` into ``module`` when every key and shape fits; else one error line."""
+    """Load ``weights`` into ``module`` when every key and shape fits; else one error line.
+    A distilled run's adapters (trained beside the student) are left out of a bare student."""
+    from ..distill import drop_adapter_weights
+
+    weights = drop_adapter_weights(weights, module)
     check_weights(module, weights, path)
     module.load_state_dict(weights)
 

@@ -1,4 +1,4 @@
-"""UP backbones as torchvision trunks: resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m
+"""UP backbones as torchvision trunks: resnet18/34/50/101/152, mobilenetv2, regnetx/y_200m/400m
 and UP's swin types.
 
 A trunk takes an image batch and returns the list of feature maps UP's ``out_layers`` (or
@@ -16,8 +16,9 @@ from ...errors import ConfigError
 from .layers import initialize, norm_layer, read_initializer
 from .vit import VITS, build_vit
 
-RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
-RESNETS_D = tuple(f"{r}_D" for r in RESNETS)
+RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+BOTTLENECKS = ("resnet50", "resnet101", "resnet152")
+RESNETS_D = tuple(f"{r}_D" for r in RESNETS if r != "resnet152")  # UP has no resnet152_D
 REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the 400MF models)
     "regnetx_200m": dict(depth=13, w_0=24, w_a=36.44, w_m=2.49, group_width=8),
     "regnetx_400m": dict(depth=22, w_0=24, w_a=24.48, w_m=2.54, group_width=16),
@@ -108,7 +109,7 @@ def build_resnet(arch, opts):
     base = arch[:-2] if variant_d else arch
     norm, sync = norm_layer(opts, default="freeze_bn")
     frozen, out_layers = _check_layers(opts, 5, [4])
-    dilated = _check_strides(opts, out_layers, [4, 4, 8, 16, 32], dilatable=base in ("resnet50", "resnet101"))
+    dilated = _check_strides(opts, out_layers, [4, 4, 8, 16, 32], dilatable=base in BOTTLENECKS)
     opts.take("style", "pytorch", types=str, only="pytorch", why="caffe-style ResNet weights are not mapped")
     init = read_initializer(opts)
     in_channels = opts.take("input_channel", 3, types=int)
@@ -147,7 +148,7 @@ def build_resnet(arch, opts):
             if i:
                 last_norm = block.bn3 if hasattr(block, "bn3") else block.bn2
                 last_norm.register_forward_hook(_DropPath(block, drop_path * i / (len(blocks) - 1)))
-    width = 512 * (4 if base in ("resnet50", "resnet101") else 1)
+    width = 512 * (4 if base in BOTTLENECKS else 1)
     planes = [64, width // 8, width // 4, width // 2, width]
     strides = [[4, 4, 8, 16, 16 if dilated else 32][i] for i in out_layers]
     trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], strides, frozen)

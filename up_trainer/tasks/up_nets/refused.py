@@ -37,7 +37,8 @@ REFUSED = {
     "onenet_post": ("OneNet (NMS-free, minimum-cost assignment) post-process", "retina_post (UP form)"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
     "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
-    "ADAP": ("distillation feature adapter", "no distillation: train the student alone"),
+    "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
+             "distill.mimic[].adapter: a learned 1x1 adapter on a student module (docs/distill.rst)"),
 }
 for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNAS sub-network part"),
                        ("BigRetina", "BigNAS RetinaNet head"), ("BignasRetina", "BigNAS RetinaNet head")):
