@@ -32,10 +32,13 @@ def _collect_opts(opts, extra):
 def _resolve(config_path, opts, seed=None, files=None):
     """The resolved config; ``files`` (a list) receives the config files read, which no
     output of the command may overwrite."""
-    from .config import resolve_config
+    from .api import load_config  # the Python API's own resolution: one path for both
 
     extra = [f"runtime.seed={seed}"] if seed is not None else []
-    return resolve_config(config_path, list(opts) + extra, files=files)
+    cfg = load_config(config_path, list(opts) + extra)
+    if files is not None:
+        files.extend(cfg.files)
+    return dict(cfg)
 
 
 @click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -114,39 +114,125 @@ def drawing_name(path):
     return os.path.basename(path) + ".png"
 
 
+class Predictor:
+    """A model and the test dataset's preprocessing, ready to predict decoded images: what
+    ``up predict`` runs per file, and what the Python API runs on paths, PIL images and
+    tensors. Sets ``runtime.max_image_pixels`` for the files it decodes."""
+
+    def __init__(self, cfg, checkpoint, device="cpu", use_ema=True):
+        from .data.readers import set_max_image_pixels
+        from .engine.builder import pick_device
+
+        self.device = pick_device(device, cfg["runtime"])
+        set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
+        self.model = load_model(cfg, checkpoint, self.device, use_ema)
+        ds = test_dataset(cfg)
+        self.classes = _class_names(ds, self.model)
+        self.preprocessing = _preprocessing(ds)
+        # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
+        self.is_det = hasattr(self.model, "detector") or getattr(self.model, "kind", None) in (
+            "yolox", "retina_plus", "up_fcos", "up_rcnn")
+        entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
+        self.size = (entry.get("kwargs") or {}).get("size")  # a classifier's load-time resize
+        self.in_channels = getattr(self.model, "in_channels", 3)
+
+    @property
+    def exif_transpose(self):
+        return self.preprocessing[2]
+
+    def pil_mode(self):
+        """The Pillow mode an image is decoded to: RGB for detectors, the classifier's channels."""
+        return "RGB" if self.is_det or self.in_channels != 1 else "L"
+
+    def resize(self):
+        """(w, h) a classifier's images are resized to at decoding (its dataset's ``size``), or None."""
+        return (self.size, self.size) if not self.is_det and isinstance(self.size, int) else None
+
+    def load(self, path):
+        """The image file as a uint8 CxHxW tensor, decoded as the dataset decodes it."""
+        from .tasks.det.datasets import load_rgb
+
+        if self.is_det:
+            return load_rgb(path, path, self.exif_transpose)
+        return _load_for_cls(path, self.size, self.in_channels, self.exif_transpose)
+
+    @torch.no_grad()
+    def predict(self, image):
+        """The prediction for a decoded uint8 CxHxW image (as :meth:`load` returns it), unrounded:
+        detection {boxes (xyxy, the image's pixels), scores, labels (1..C), classes}; classification
+        {probabilities, label, class, score, topk}. Tensors are on the CPU."""
+        if self.is_det:
+            return self._detect(image)
+        return self._classify(image)
+
+    def _detect(self, image):
+        from .tasks.det.datasets import apply_transform
+
+        transform, model_input, _ = self.preprocessing
+        h, w = image.shape[-2:]
+        size = torch.tensor([h, w])
+        target = {"boxes": torch.zeros(0, 4), "ignore_boxes": torch.zeros(0, 4),
+                  "labels": torch.zeros(0, dtype=torch.int64), "orig_size": size, "img_size": size.clone()}
+        inp = image
+        if transform is not None:
+            inp, target = apply_transform(transform, image, target)
+        det = self.model({"image": [model_input(inp.to(self.device))]})["detections"][0]
+        ih, iw = (int(v) for v in target["img_size"])
+        boxes = det["boxes"].float().cpu().clone()
+        boxes[:, 0::2] *= w / iw
+        boxes[:, 1::2] *= h / ih
+        labels = det["labels"].cpu()
+        return {"boxes": boxes, "scores": det["scores"].float().cpu(), "labels": labels,
+                "classes": [self.class_name(i, offset=1) for i in labels.tolist()]}
+
+    def _classify(self, image):
+        transform, model_input, _ = self.preprocessing
+        inp = transform(image) if transform is not None else image
+        out = self.model({"image": model_input(inp[None].to(self.device))})
+        scores = out["scores"][0].float().cpu() if "scores" in out else out["logits"][0].float().softmax(0).cpu()
+        top = scores.topk(min(5, len(scores)))
+        label = int(top.indices[0])
+        return {"probabilities": scores, "label": label, "class": self.class_name(label),
+                "score": float(top.values[0]), "topk": top.indices.tolist()}
+
+    def class_name(self, label, offset=0):
+        i = label - offset
+        return self.classes[i] if 0 <= i < len(self.classes) else str(label)
+
+
+def file_record(path, image, prediction, score_thr, classes):
+    """The predictions.jsonl record of one file (rounded as the file keeps them) and the
+    drawing of it; detections below ``score_thr`` are left out of both."""
+    if "boxes" in prediction:
+        keep = prediction["scores"] >= score_thr
+        boxes, scores, labels = prediction["boxes"][keep], prediction["scores"][keep], prediction["labels"][keep]
+        h, w = image.shape[-2:]
+        rec = {"file": path, "width": int(w), "height": int(h),
+               "boxes": [[round(v, 2) for v in b] for b in boxes.tolist()],
+               "scores": [round(s, 4) for s in scores.tolist()], "labels": labels.tolist(),
+               "classes": [c for c, k in zip(prediction["classes"], keep.tolist()) if k]}
+        canvas, factor = enlarge(to_uint8(image))
+        return rec, draw_boxes(canvas, boxes * factor, labels, classes, scores)
+    rec = {"file": path, "label": prediction["label"], "class": prediction["class"],
+           "score": round(prediction["score"], 4), "topk": prediction["topk"]}
+    canvas, _ = enlarge(to_uint8(image))
+    return rec, draw_caption(canvas, f"{rec['class']} {rec['score']:.2f}")
+
+
 def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True, config_files=()):
     """Predict every input image; returns the list of JSON records written. ``out_dir`` is
     checked by the output guard (paths.py) first: it may hold none of the inputs (images,
     checkpoint, ``config_files``)."""
-    from .engine.builder import pick_device
-    from .tasks.det.datasets import apply_transform, load_rgb
-
-    if not 0.0 <= score_thr <= 1.0:
-        raise ConfigError("--score-thr", f"must be in [0, 1], got {score_thr}")
-    from .data.readers import set_max_image_pixels
-
+    check_score_thr(score_thr)
     files = list_inputs(inputs)
     guard_output_dir(out_dir, "--out", inputs=[*files, checkpoint, *config_files])
-    device = pick_device(device, cfg["runtime"])
-    set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
-    model = load_model(cfg, checkpoint, device, use_ema)
-    ds = test_dataset(cfg)
-    classes = _class_names(ds, model)
-    preprocessing = _preprocessing(ds)
-    # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
-    is_det = hasattr(model, "detector") or getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos",
-                                                                            "up_rcnn")
+    predictor = Predictor(cfg, checkpoint, device, use_ema)
     os.makedirs(out_dir, exist_ok=True)
     records = []
-    with torch.no_grad(), open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
+    with open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
         for path in files:
-            if is_det:
-                rec, drawn = _predict_det(model, path, preprocessing, classes, score_thr, device, load_rgb,
-                                          apply_transform)
-            else:
-                entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
-                size = (entry.get("kwargs") or {}).get("size")
-                rec, drawn = _predict_cls(model, path, size, preprocessing, classes, device)
+            image = predictor.load(path)
+            rec, drawn = file_record(path, image, predictor.predict(image), score_thr, predictor.classes)
             png = os.path.join(out_dir, drawing_name(path))
             save_png(drawn, png)
             rec["png"] = png
@@ -156,41 +242,6 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     return records
 
 
-def _predict_det(model, path, preprocessing, classes, score_thr, device, load_rgb, apply_transform):
-    transform, model_input, exif = preprocessing
-    image = load_rgb(path, path, exif)
-    h, w = image.shape[-2:]
-    size = torch.tensor([h, w])
-    target = {"boxes": torch.zeros(0, 4), "ignore_boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
-              "orig_size": size, "img_size": size.clone()}
-    inp = image
-    if transform is not None:
-        inp, target = apply_transform(transform, image, target)
-    det = model({"image": [model_input(inp.to(device))]})["detections"][0]
-    ih, iw = (int(v) for v in target["img_size"])
-    keep = det["scores"] >= score_thr
-    boxes = det["boxes"][keep].cpu().clone()
-    boxes[:, 0::2] *= w / iw
-    boxes[:, 1::2] *= h / ih
-    scores, labels = det["scores"][keep].cpu(), det["labels"][keep].cpu()
-    rec = {"file": path, "width": int(w), "height": int(h), "boxes": [[round(v, 2) for v in b] for b in boxes.tolist()],
-           "scores": [round(s, 4) for s in scores.tolist()], "labels": labels.tolist(),
-           "classes": [classes[i - 1] if 1 <= i <= len(classes) else str(i) for i in labels.tolist()]}
-    canvas, factor = enlarge(to_uint8(image))
-    return rec, draw_boxes(canvas, boxes * factor, labels, classes, scores)
-
-
-def _predict_cls(model, path, size, preprocessing, classes, device):
-    transform, model_input, exif = preprocessing
-    in_channels = getattr(model, "in_channels", 3)
-    image = _load_for_cls(path, size, in_channels, exif)
-    inp = transform(image) if transform is not None else image
-    out = model({"image": model_input(inp[None].to(device))})
-    scores = out["scores"][0].float().cpu() if "scores" in out else out["logits"][0].float().softmax(0).cpu()
-    top = scores.topk(min(5, len(scores)))
-    label = int(top.indices[0])
-    name = classes[label] if label < len(classes) else str(label)
-    rec = {"file": path, "label": label, "class": name, "score": round(float(top.values[0]), 4),
-           "topk": top.indices.tolist()}
-    canvas, _ = enlarge(to_uint8(image))
-    return rec, draw_caption(canvas, f"{name} {rec['score']:.2f}")
+def check_score_thr(score_thr, name="--score-thr"):
+    if isinstance(score_thr, bool) or not isinstance(score_thr, (int, float)) or not 0.0 <= score_thr <= 1.0:
+        raise ConfigError(name, f"must be a number in [0, 1], got {score_thr!r}")

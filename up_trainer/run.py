@@ -124,18 +124,25 @@ def guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, inputs, resumed=())
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
-              port=None, display=None, device=None, dry_run=False, config_files=None):
+              port=None, display=None, device=None, dry_run=False, config_files=None, handle_signals=True,
+              on_built=None):
     """``config_files``: the config and its _base_ files (default: ``config_path``), which no
-    output of the run may overwrite."""
+    output of the run may overwrite. ``handle_signals``: whether auto_checkpoint installs its
+    SIGINT/SIGTERM/SIGUSR handlers (the CLI's process is the run's; a Python caller's is not).
+    ``on_built(trainer)``: called in this process once the trainer is built, before anything
+    is restored or trained (the Python API adds its hook objects there and keeps the trainer).
+    Returns what the worker returns: the final metrics."""
     from .engine.distributed_launch import launch_workers
 
-    launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
-                                       display=display, device=device, dry_run=dry_run,
-                                       config_files=list(config_files or [config_path])),
-                   launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
+    return launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
+                                              display=display, device=device, dry_run=dry_run,
+                                              config_files=[f for f in (config_files or [config_path]) if f],
+                                              handle_signals=handle_signals, on_built=on_built),
+                          launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
-def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=()):
+def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
+                  handle_signals=True, on_built=None):
     from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
     from .engine.run_lock import hold_dirs, written_dirs
@@ -159,10 +166,12 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         setup_logging(run_dir, is_main)
         for what, path, holder in stale_locks:
             log.warning("%s lock: taking over from %s, which ended without releasing it (%s)", what, holder, path)
-        return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device)
+        return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
+                         handle_signals, on_built)
 
 
-def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device):
+def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device, handle_signals=True,
+              on_built=None):
     from .engine.builder import build_trainer, resolve_path, restore
 
     if is_main:
@@ -171,6 +180,9 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     if is_main and trainer.optim is not None:
         note_in_resolved_config(run_dir, trainer.optim.precision.describe())
     trainer.display = display
+    trainer.handle_signals = handle_signals
+    if on_built is not None:
+        on_built(trainer)
     loaded = restore(trainer, resume=resolve_path(resume, None) if resume else None, work_dir=work_dir)
     if evaluate_only:
         if loaded is None and not cfg["saver"]["pretrain_model"]:

@@ -49,7 +49,13 @@ def _addresses_a_hook_entry(opt):
 def resolve_config(path, opts=(), files=None):
     """The config as the trainer sees it: validated, defaults filled, default hooks listed.
     ``files``: a list that receives every file read (the config and its ``_base_`` files)."""
-    cfg = load_file(path, files=files)
+    return resolve_loaded(load_file(path, files=files), opts, path)
+
+
+def resolve_loaded(cfg, opts=(), source_path=None):
+    """The steps after reading: ``cfg`` (a mapping as a file would give it, ``_base_`` files
+    merged; changed in place) with ``opts`` applied, default hooks listed, UP's form translated,
+    validated. ``source_path``: the file it came from (recorded in ``origin``), or None."""
     opts = list(opts or ())
     # One path for the file and the command line: an option acts as if it were written in the
     # YAML file (``hooks=[...]`` and ``default_hooks.logger=null`` included), then the default
@@ -59,9 +65,9 @@ def resolve_config(path, opts=(), files=None):
     apply_opts(cfg, [o for o in opts if o not in in_hook_list])
     add_default_hooks(cfg)
     apply_opts(cfg, in_hook_list)
-    translate(cfg, path)  # UP's dialect -> native structures (config/up_form.py)
+    translate(cfg, source_path)  # UP's dialect -> native structures (config/up_form.py)
     shortcuts_to_hooks(cfg)  # ema section / trainer.clip_grad -> hooks (config/shortcuts.py)
     return validate(cfg)
 
 
-__all__ = ["resolve_config", "parse_yaml", "parse_opt", "DEFAULT_HOOKS", "validate"]
+__all__ = ["resolve_config", "resolve_loaded", "apply_opts", "parse_yaml", "parse_opt", "DEFAULT_HOOKS", "validate"]

@@ -135,6 +135,10 @@ class WorkerTrackingLoader(DataLoader):
 
 @atexit.register
 def _end_loader_workers():
+    end_loader_workers()
+
+
+def end_loader_workers():
     """End every DataLoader worker before multiprocessing's own exit handler (registered
     earlier, so it runs later) does. That handler terminates daemon children with SIGTERM,
     which our workers ignore (:func:`ignore_stop_signals`), and then joins them without a
@@ -143,7 +147,8 @@ def _end_loader_workers():
     error) while an iterator was still referenced from a traceback.
 
     Persistent loaders are shut down the polite way first; whatever remains is killed, which
-    is safe: a worker holds nothing but batches nobody will read.
+    is safe: a worker holds nothing but batches nobody will read. The Python API calls this
+    too when a run returns (api/isolation.py): no worker outlives the call.
     """
     for loader in list(_PERSISTENT):
         iterator = getattr(loader, "_iterator", None)

@@ -274,6 +274,17 @@ class CheckpointStore:
             if error is not None:
                 raise error
 
+    def close(self):
+        """Wait for the write in flight, then end the writer thread (a run in a process that
+        goes on, the Python API's, leaves no thread behind). Raises what :meth:`flush` raises."""
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+                self.async_write = False  # a later save writes on the calling thread
+
     def remove_stale_temp_files(self):
         """Delete temp files left by writers that were killed (their pid no longer runs)."""
         if not os.path.isdir(self.save_dir):

@@ -68,6 +68,9 @@ class Trainer:
         self.outputs = {}  # last training outputs (losses), for logging hooks
         self.scalars = Scalars()  # what hooks measure for other hooks (grad_norm, ...): see engine/scalars.py
         self.display = None  # --display N: log every N iterations, overriding the logger's freq
+        # Whether hooks may install signal handlers (auto_checkpoint): the CLI's process belongs to
+        # the run; a Python caller's (a notebook kernel) does not, and gets KeyboardInterrupt instead.
+        self.handle_signals = True
         self.last_results = None  # the evaluator's raw per-sample results of the latest evaluate()
         self.stop_training = False  # a hook (early_stopping) ends the run after this epoch's end work
         self.rewound = False  # load_checkpoint moved the position: the epoch loop restarts from it

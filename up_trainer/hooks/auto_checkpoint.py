@@ -96,6 +96,7 @@ class AutoCheckpoint(Hook):
         self._previous = {}
         self._group = None
         self._start_iter = None  # trainer.state.iter when this run's training began
+        self._keyboard_stops = False  # no handlers installed: KeyboardInterrupt is the stop request
 
     # -- handlers --------------------------------------------------------------------------
     def _handler(self, signum, frame):
@@ -142,6 +143,10 @@ class AutoCheckpoint(Hook):
     def before_train(self, trainer):
         self._group = cpu_group(trainer)
         self._start_iter = trainer.state.iter
+        self._keyboard_stops = not trainer.handle_signals
+        if self._keyboard_stops:  # the caller's process (the Python API): its handlers stay as they are
+            log.info("auto_checkpoint: signal handlers left to the caller; KeyboardInterrupt writes a snapshot")
+            return
         self._install()
         log.info("auto_checkpoint: %s handled (snapshot at the next iteration boundary)", ", ".join(self.signals))
 
@@ -171,6 +176,10 @@ class AutoCheckpoint(Hook):
         # ignore it). The run ends the way the stop asks: snapshot, requeue, exit 143/130.
         stop = _BY_SEVERITY.get(max((_SEVERITY[n] for n in self._queue), default=0))
         stop = stop if stop in EXIT_CODES and not isinstance(exc, KeyboardInterrupt) else None
+        if isinstance(exc, KeyboardInterrupt) and self._keyboard_stops:
+            # No handler of ours: Python's own SIGINT handler raised it (a notebook's interrupt
+            # button). It asks what SIGINT asks: the snapshot of the last update, then stop.
+            stop = "SIGINT"
         if stop is None and (not self.snapshot_on_exception or isinstance(exc, KeyboardInterrupt)):
             return
         trained = trainer.state.iter != self._start_iter
@@ -183,6 +192,9 @@ class AutoCheckpoint(Hook):
             trainer.store.flush()
             requeue_slurm_job()
         what = "snapshot written" if written else "latest checkpoint kept"
+        if isinstance(exc, KeyboardInterrupt):
+            trainer.interrupted = TrainingInterrupted(EXIT_CODES[stop], f"KeyboardInterrupt; {what}, stopping")
+            return
         cause = (str(exc).strip().splitlines() or [""])[0][:200]
         trainer.interrupted = TrainingInterrupted(
             EXIT_CODES[stop], f"{stop} received; {what}, exiting ({type(exc).__name__} on the way: {cause})")

@@ -9,18 +9,18 @@ import logging
 import os
 import sys
 import time
-from typing import Optional
+from typing import Optional, Union
 
 from ..errors import ConfigError
-from ..registry import HOOKS, WRITERS, check_kwargs
+from ..registry import HOOKS
+from ..writers.fanout import FanOutWriter, writer_specs
 from ..writers.run_files import RunFileError
 from .base import Hook
-from .log_measures import (PHASES, PhaseTimer, as_number, fmt_seconds, hms, is_number, isatty, loss_values,
-                           max_memory_mb)
+from .log_measures import PHASES, PhaseTimer, as_number, fmt_seconds, hms, is_number, loss_values, max_memory_mb
+from .progress_bars import make_bar
 
 log = logging.getLogger("up")
 
-PROGRAM_WRITER_KWARGS = ("logdir", "start_iter", "start_epoch")  # supplied by the logger, not by the user
 BAR_EVERY_S = 0.2  # progress bar redraw interval
 
 
@@ -33,15 +33,17 @@ class TrainValLogger(Hook):
     time as window (global) averages without the first ``skip_first_k`` iterations, losses
     and the gradient norm (``grad_norm``: measured at every optimizer step, one fused
     reduction; grad_clipper's pre-clip norm when one runs). A live progress bar when stdout
-    is a TTY. ``summary_writer``:
-    tensorboard | pavi | mlflow | none, built with ``writer_kwargs``; event files go to ``logdir``
-    (relative to the run dir). metrics.csv / metrics.jsonl always; results.png at the end.
+    is a TTY (in a Jupyter kernel: a notebook progress bar). ``summary_writer``:
+    tensorboard | pavi | mlflow | wandb | none, or a list of writers that all run (``[tensorboard,
+    mlflow, wandb]``), built with ``writer_kwargs`` (for a list: each writer's kwargs under its
+    name); event files go to ``logdir`` (relative to the run dir). metrics.csv / metrics.jsonl
+    always; results.png at the end.
     """
 
     priority = "BELOW_NORMAL"
 
     def __init__(self, freq: int = 20, skip_first_k: int = 5, logdir: str = "log",
-                 summary_writer: str = "tensorboard", writer_kwargs: Optional[dict] = None,
+                 summary_writer: Union[str, list] = "tensorboard", writer_kwargs: Optional[dict] = None,
                  progress_bar: bool = True, plot: bool = True, grad_norm: bool = True):
         super().__init__()
         if freq < 1:
@@ -52,21 +54,7 @@ class TrainValLogger(Hook):
         self.summary_writer = summary_writer
         self.writer_kwargs = dict(writer_kwargs or {})
         self.progress_bar, self.plot, self.grad_norm = progress_bar, plot, grad_norm
-        self._writer_cls = None
-        if summary_writer != "none":
-            self._writer_cls = WRITERS.get(summary_writer, "summary_writer")
-            taken = sorted(set(self.writer_kwargs) & set(PROGRAM_WRITER_KWARGS))
-            if taken:
-                raise ConfigError(f"writer_kwargs.{taken[0]}", "is set by the logger", "use the logger's own kwargs")
-            check_kwargs(self._writer_cls, self.writer_kwargs, "writer_kwargs", provided=PROGRAM_WRITER_KWARGS)
-            validate = getattr(self._writer_cls, "validate_kwargs", None)
-            if validate is not None:
-                try:
-                    validate(self.writer_kwargs)
-                except ConfigError as exc:
-                    raise ConfigError(f"writer_kwargs.{exc.path}", exc.message, exc.hint) from None
-        elif self.writer_kwargs:
-            raise ConfigError("writer_kwargs", "given, but summary_writer is none")
+        self._writer_specs = writer_specs(summary_writer, self.writer_kwargs)  # checked before any run starts
         self.writer = self.table = None
         self._started = False
 
@@ -83,9 +71,10 @@ class TrainValLogger(Hook):
         self._losses = {}  # under DDP: the loss terms averaged over ranks at the last log line
         self._t_prev = self._t_data = self._t_fwd = self._t_fwd_end = self._t_bwd_end = None
         self._stream = sys.stdout
-        self._tty = self._main and self.progress_bar and isatty(self._stream)
-        self._bar_t, self._bar_shown = 0.0, False
-        if self._tty:
+        self._bar = make_bar(self._stream) if self._main and self.progress_bar else None
+        self._tty = self._bar is not None  # a bar is drawn (a terminal's or a notebook's)
+        self._bar_t = 0.0
+        if self._tty and self._bar.needs_clearing:
             self._attach_bar_clearing()
         if not self._main:
             return
@@ -93,18 +82,12 @@ class TrainValLogger(Hook):
 
         self.table = MetricsTable(trainer.run_dir, keep_upto_iter=st.iter)
         where = "metrics.csv/.jsonl"
-        if self._writer_cls is not None:
+        if self._writer_specs:
             logdir = self.logdir if os.path.isabs(self.logdir) else os.path.join(trainer.run_dir, self.logdir)
-            try:
-                # Where a resumed run starts on both step axes: writers drop what lies beyond.
-                evaluated = st.epoch if st.epoch_done else st.epoch - 1
-                self.writer = self._writer_cls(logdir=logdir, start_iter=st.iter, start_epoch=max(evaluated, 0),
-                                               **self.writer_kwargs)
-            except ImportError as exc:
-                raise ConfigError("train_val_logger.summary_writer",
-                                  f"{self.summary_writer} writer unavailable: {exc}",
-                                  "install it, or set summary_writer: none") from None
+            self.writer = self._open_writers(logdir, st)
             where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {logdir}"
+            if isinstance(self.writer, FanOutWriter):
+                where += f" ({self.writer!r})"
             if hasattr(self.writer, "add_config"):
                 from ..config.redact import redact
 
@@ -112,9 +95,39 @@ class TrainValLogger(Hook):
             atexit.register(self._close_writer, True)  # interrupted runs skip after_train
         log.info("logging every %d iterations to %s", self._freq, where)
 
+    def _open_writers(self, logdir, st):
+        """Every writer asked for; one that cannot start closes those already open."""
+        # Where a resumed run starts on both step axes: writers drop what lies beyond.
+        evaluated = st.epoch if st.epoch_done else st.epoch - 1
+        opened = []
+        try:
+            for name, cls, kwargs in self._writer_specs:
+                try:
+                    opened.append((name, cls(logdir=logdir, start_iter=st.iter, start_epoch=max(evaluated, 0),
+                                             **kwargs)))
+                except ImportError as exc:
+                    extra = f" (pip install up-trainer[{name}])" if name in ("mlflow", "wandb") else ""
+                    raise ConfigError("train_val_logger.summary_writer", f"{name} writer unavailable: {exc}{extra}",
+                                      "install it, or set summary_writer: none") from None
+        except BaseException:
+            try:
+                FanOutWriter(opened).close()
+            except Exception as exc:  # the writer that could not start is the error to report
+                log.warning("closing the writers already open failed as well: %s", exc)
+            raise
+        return opened[0][1] if len(opened) == 1 else FanOutWriter(opened)
+
+    def add_image(self, tag, image, step):
+        """A picture a hook drew (eval_insight, visualize) for the writers that show hooks'
+        pictures (W&B); TensorBoard gets them from the hooks' own event files."""
+        if self.writer is not None and getattr(self.writer, "images_from_hooks", False):
+            self.writer.add_image(tag, image, step)
+
     def after_train(self, trainer):
         self._detach_bar_clearing()
         self._clear_bar()
+        if getattr(self, "_bar", None) is not None and not self._bar.needs_clearing:
+            self._close_bar(trainer)  # a notebook's bar shows where training ended
         if self._main and self.plot and self.table is not None:
             try:
                 from ..plot import plot_run
@@ -288,13 +301,9 @@ class TrainValLogger(Hook):
     def _draw_bar(self, trainer, now):
         st = trainer.state
         frac = min(st.iter / max(self._total, 1), 1.0)
-        width = 30
-        filled = int(frac * width)
-        text = (f"\r|{'#' * filled}{'.' * (width - filled)}| {100 * frac:5.1f}% epoch {st.epoch} "
-                f"[{st.epoch_iter}/{st.epoch_len}] eta {hms(self._eta(st.iter))}\033[K")
-        self._stream.write(text)
-        self._stream.flush()
-        self._bar_t, self._bar_shown = now, True
+        self._bar.draw(frac, f"{100 * frac:5.1f}% epoch {st.epoch} [{st.epoch_iter}/{st.epoch_len}] "
+                             f"eta {hms(self._eta(st.iter))}")
+        self._bar_t = now
 
     # Any record of the "up" logger (another hook's line, a warning) first wipes the bar, so a
     # line never starts glued to it; the bar comes back at the next redraw.
@@ -313,7 +322,13 @@ class TrainValLogger(Hook):
         return True
 
     def _clear_bar(self):
-        if getattr(self, "_bar_shown", False):
-            self._stream.write("\r\033[K")
-            self._stream.flush()
-            self._bar_shown = False
+        if getattr(self, "_bar", None) is not None:
+            self._bar.clear()
+
+    def _close_bar(self, trainer=None):
+        """The bar at its last position (a notebook keeps it), then no bar."""
+        if getattr(self, "_bar", None) is not None:
+            if trainer is not None:
+                self._draw_bar(trainer, time.perf_counter())
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,58 @@
+"""Shared by the API tests: a config that trains in about a second, and a record of the
+process state a run may change."""
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import threading
+
+import numpy as np
+import torch
+
+from conftest import tiny_cfg
+
+
+def fast_cfg(**sections):
+    """tiny_cfg with a net of a few hundred weights (tests/plugins/tiny_net_plugin.py)."""
+    sections.setdefault("runtime", {"seed": 3, "imports": ["tiny_net_plugin"]})
+    sections.setdefault("net", {"type": "tiny_convnet", "kwargs": {"num_classes": 10, "in_channels": 1}})
+    return tiny_cfg(**sections)
+
+
+def _signals():
+    out = {}
+    for sig in signal.valid_signals():
+        try:
+            out[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def process_state():
+    """Everything an API call must leave as it found it, comparable with ==."""
+    up = logging.getLogger("up")
+    return {
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "children": sorted(p.pid for p in multiprocessing.active_children()),
+        "fds": sorted(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None,
+        "up_logger": (list(up.handlers), up.level, up.propagate),
+        "root_logger": (list(logging.getLogger().handlers), logging.getLogger().level),
+        "signals": _signals(),
+        "torch_threads": torch.get_num_threads(),
+        "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled()),
+        "cudnn": (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark),
+        "matmul": torch.get_float32_matmul_precision(),
+        "dtype": torch.get_default_dtype(),
+        "grad": torch.is_grad_enabled(),
+        "torch_rng": torch.get_rng_state().tolist(),
+        "numpy_rng": np.random.get_state()[1].tolist(),
+        "python_rng": random.getstate(),
+        "env": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+def changed(before, after):
+    return sorted(k for k in before if before[k] != after[k])

@@ -1,0 +1,130 @@
+"""What a run changes in its process, put back when an API call returns.
+
+The engine was written for a process of its own (``up train``): it sets torch's thread count
+and determinism flags, seeds the global RNGs, installs its logging handlers on the ``up``
+logger, may open an image cache and start DataLoader workers. Called from Python, all of that
+belongs to the caller: :func:`left_as_found` records it before the call and restores it after,
+whether the call returns or raises. One record for every kind of global state, so a setting
+the engine learns to change later is caught by the tests that compare before and after
+(tests/api/test_isolation.py), not by a user.
+"""
+import contextlib
+import logging
+import os
+import random
+import signal
+
+_ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG",)  # set by runtime.deterministic
+
+
+def _catchable_signals():
+    out = []
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, getattr(signal, "SIGSTOP", None)):
+            continue
+        try:
+            signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        out.append(sig)
+    return out
+
+
+class _Snapshot:
+    """Everything a run may change, as it was."""
+
+    def __init__(self):
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        from ..data.model_input import normalize_on
+        from ..data.readers import _max_pixels
+
+        logger = logging.getLogger("up")
+        self.logger = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
+        self.signals = {s: signal.getsignal(s) for s in _catchable_signals()}
+        self.threads = torch.get_num_threads()
+        self.deterministic = (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled())
+        self.cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+                      torch.backends.cudnn.allow_tf32)
+        self.matmul = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32)
+        self.dtype = torch.get_default_dtype()
+        self.grad = torch.is_grad_enabled()
+        self.rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+                    np.random.get_state(), random.getstate())
+        self.env = {k: os.environ.get(k) for k in _ENV_KEYS}
+        self.pil_pixels = Image.MAX_IMAGE_PIXELS
+        self.ours = (normalize_on(), _max_pixels)
+
+    def restore(self):
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        from ..data import image_cache, model_input, readers
+        from ..data.loader import end_loader_workers
+
+        end_loader_workers()  # persistent workers, and any an interrupted iterator left
+        image_cache.install(None)  # closes the run's cache (its arena, its files)
+        self._restore_logger()
+        self._restore_signals()
+        torch.set_num_threads(self.threads)
+        torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+         torch.backends.cudnn.allow_tf32) = self.cudnn
+        torch.set_float32_matmul_precision(self.matmul[0])
+        torch.backends.cuda.matmul.allow_tf32 = self.matmul[1]
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(self.grad)
+        cpu, cuda, numpy_state, python_state = self.rng
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+        for key, value in self.env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        Image.MAX_IMAGE_PIXELS = self.pil_pixels
+        model_input._normalize_on, readers._max_pixels = self.ours
+
+    def _restore_logger(self):
+        logger = logging.getLogger("up")
+        handlers, level, propagate, filters = self.logger
+        for handler in list(logger.handlers):
+            if handler not in handlers:  # the run's console and train.log: train.log is closed
+                logger.removeHandler(handler)
+                handler.close()
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+        logger.filters[:] = filters
+
+    def _restore_signals(self):
+        changed = [s for s, h in self.signals.items() if signal.getsignal(s) is not h]
+        for sig in changed:
+            signal.signal(sig, self.signals[sig])
+        if getattr(signal, "SIGCHLD", None) in changed:
+            # DataLoader installs its SIGCHLD handler once per process and remembers it did; with
+            # the handler put back, the next run's workers must install it again.
+            from torch.utils.data._utils import signal_handling
+
+            signal_handling._SIGCHLD_handler_set = False
+
+
+@contextlib.contextmanager
+def left_as_found():
+    """Run the block; then restore what :class:`_Snapshot` records, even when it raised. The
+    caller's own handlers on the ``up`` logger are set aside during the block, so the run's
+    logging set-up (which replaces that logger's handlers) neither closes nor duplicates them."""
+    snapshot = _Snapshot()
+    logger = logging.getLogger("up")
+    logger.handlers[:] = []
+    try:
+        yield snapshot
+    finally:
+        snapshot.restore()
