@@ -30,13 +30,29 @@ def _signals():
     return out
 
 
+def open_files():
+    """{fd: what it points to} of this process. Not counted: matplotlib's font files, which its
+    font cache opens at the first plot of the process and keeps for every later one."""
+    if not os.path.isdir("/proc/self/fd"):
+        return None
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(os.path.join("/proc/self/fd", fd))
+        except OSError:  # the directory's own descriptor, closed by now
+            continue
+        if os.sep + "mpl-data" + os.sep not in target:
+            out[fd] = target
+    return out
+
+
 def process_state():
     """Everything an API call must leave as it found it, comparable with ==."""
     up = logging.getLogger("up")
     return {
         "threads": sorted(t.name for t in threading.enumerate()),
         "children": sorted(p.pid for p in multiprocessing.active_children()),
-        "fds": sorted(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None,
+        "fds": open_files(),
         "up_logger": (list(up.handlers), up.level, up.propagate),
         "root_logger": (list(logging.getLogger().handlers), logging.getLogger().level),
         "signals": _signals(),

@@ -6,6 +6,7 @@ from ..errors import ConfigError
 from ..registry import HOOKS
 from ..writers.run_files import storage_error
 from .base import Hook
+from .train_val_logger import send_images
 
 log = logging.getLogger("up")
 
@@ -68,6 +69,7 @@ class EvalInsight(Hook):
         log.info("evaluation insight: %s", ", ".join(os.path.basename(f) for f in insight.files))
         if self.tensorboard:
             self._to_tensorboard(trainer, insight)
+        send_images(trainer, insight.images, trainer.state.epoch)
 
     def _to_tensorboard(self, trainer, insight):
         try:

@@ -24,6 +24,16 @@ log = logging.getLogger("up")
 BAR_EVERY_S = 0.2  # progress bar redraw interval
 
 
+def send_images(trainer, images, step):
+    """Pictures for the run's summary writers that show hooks' pictures (W&B), through the
+    logger that holds them (train_val_logger.add_image); TensorBoard has its own files."""
+    logger = trainer.hooks.get("train_val_logger")
+    if logger is None or not hasattr(logger, "add_image"):
+        return
+    for tag, image in images.items():
+        logger.add_image(tag, image.numpy() if hasattr(image, "numpy") else image, step)
+
+
 @HOOKS.register("train_val_logger")
 class TrainValLogger(Hook):
     """Log progress, LR, memory, ETA, timings and losses; TensorBoard/pavi; metrics.csv/.jsonl.

@@ -7,6 +7,7 @@ import torch
 from ..errors import ConfigError
 from ..registry import HOOKS
 from .base import Hook
+from .train_val_logger import send_images
 
 log = logging.getLogger("up")
 
@@ -54,6 +55,7 @@ class Visualize(Hook):
         if self.tensorboard:
             self._tb(trainer).add_image("vis/predictions", grid.numpy(), trainer.state.iter)
             self._writer.flush()
+        send_images(trainer, {"vis/predictions": grid}, trainer.state.iter)
         log.info("visualize: %s", path)
 
     def _tb(self, trainer):

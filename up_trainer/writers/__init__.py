@@ -7,7 +7,10 @@ checkpoint and the plots, at the end). Its constructor takes ``logdir``, ``start
 and ``start_epoch`` (supplied by the logger: where a resumed run continues) plus the user's
 ``writer_kwargs``. Heavy clients (tensorboardX, requests) are imported when a writer is
 built, not here. metrics.csv / metrics.jsonl are
-written by :class:`~up_trainer.writers.table.MetricsTable` whatever the writer.
+written by :class:`~up_trainer.writers.table.MetricsTable` whatever the writer. A writer
+with ``images_from_hooks = True`` and ``add_image(tag, chw_array, step)`` also receives the
+pictures eval_insight and visualize draw (TensorBoard gets them in their own event files).
+Several writers run together through :class:`~up_trainer.writers.fanout.FanOutWriter`.
 """
-from . import mlflow, pavi, tensorboard  # noqa: F401  (registration)
+from . import mlflow, pavi, tensorboard, wandb  # noqa: F401  (registration)
 from .table import MetricsTable  # noqa: F401
