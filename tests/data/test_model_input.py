@@ -53,6 +53,21 @@ def test_arithmetic_is_the_old_steps_bit_for_bit():
         ModelInput()(x.to(torch.int32))
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("mean, std", [(MEAN, STD), (None, None)])
+def test_a_cpu_batch_converts_image_by_image_to_the_same_bits_and_layout(channels_last, mean, std):
+    batch = pixels(4, 3, 9, 11, seed=3)
+    if channels_last:
+        batch = batch.contiguous(memory_format=torch.channels_last)
+    convert = ModelInput(mean=mean, std=std)
+    out = convert(batch)
+    whole = batch.to(torch.float32).div_(255.0)  # the whole batch at once, as one image is converted
+    if mean is not None:
+        whole = whole.sub_(torch.tensor(mean).view(-1, 1, 1)).div_(torch.tensor(std).view(-1, 1, 1))
+    assert torch.equal(out, whole) and out.stride() == whole.stride()
+    assert all(torch.equal(out[i], convert(batch[i])) for i in range(len(batch)))
+
+
 def test_float_input_is_not_changed_in_place():
     unit = torch.rand(3, 4, 4)
     before = unit.clone()
@@ -73,7 +88,7 @@ def test_float_input_is_not_changed_in_place():
      ModelInput()),  # not trailing: stays in the pipeline and converts there
 ])
 def test_split_takes_the_trailing_conversion_steps(steps, kept, expected):
-    import up_trainer.tasks.det.yolox_transforms  # noqa: F401  (registers custom_to_tensor)
+    import up_trainer.tasks.det.yolox.transforms  # noqa: F401  (registers custom_to_tensor)
 
     pipeline = build_transforms([{"type": "RandomHorizontalFlip"}] + steps)
     rest, model_input = split_model_input(pipeline)
