@@ -4,6 +4,9 @@ The Python API (``up_trainer.load_config``, ``train``, ``evaluate``, ``predict``
 ``build_trainer``, ``Hook``, ``ConfigError``, ...) lives in :mod:`up_trainer.api`; its names are
 reachable here, imported on first use so that ``up --help`` imports nothing it does not need.
 """
+import sys
+import types
+
 __version__ = "0.1.0"
 
 _API_NAMES = ("load_config", "train", "evaluate", "predict", "export", "build_trainer", "Config", "TrainResult",
@@ -20,3 +23,20 @@ def __getattr__(name):
 
 def __dir__():
     return sorted([*globals(), *_API_NAMES])
+
+
+class _Package(types.ModuleType):
+    """``up_trainer.predict`` and ``up_trainer.export`` name the API's functions, and also
+    modules of this package (predict.py, export/). Python binds a submodule to its package's
+    attribute of the same name when it is first imported, which would hide the function from
+    then on; this package keeps those names for the API. The modules stay importable as
+    always (``from up_trainer.predict import Predictor``, ``from up_trainer.export import
+    export_model``): those imports read ``sys.modules``, not this attribute."""
+
+    def __setattr__(self, name, value):
+        if name in _API_NAMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

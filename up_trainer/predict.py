@@ -51,8 +51,10 @@ def load_model(cfg, checkpoint, device, use_ema=True):
     from .engine.checkpoint import load_checkpoint
     from .weights import load_weights
     from .engine.checkpoint_fit import load_fitting_weights
+    from .registry import import_user_modules
     from .tasks.net import build_model
 
+    import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
     model = build_model(cfg["net"])
     try:
         ckpt = load_checkpoint(checkpoint)
@@ -134,7 +136,9 @@ class Predictor:
             "yolox", "retina_plus", "up_fcos", "up_rcnn")
         entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
         self.size = (entry.get("kwargs") or {}).get("size")  # a classifier's load-time resize
-        self.in_channels = getattr(self.model, "in_channels", 3)
+        net_kwargs = cfg["net"].get("kwargs") if isinstance(cfg["net"], dict) else None
+        # the model's own count, else what its config asked for (a plugin net need not keep it)
+        self.in_channels = getattr(self.model, "in_channels", None) or (net_kwargs or {}).get("in_channels", 3)
 
     @property
     def exif_transpose(self):

@@ -6,7 +6,7 @@ logger, may open an image cache and start DataLoader workers. Called from Python
 belongs to the caller: :func:`left_as_found` records it before the call and restores it after,
 whether the call returns or raises. One record for every kind of global state, so a setting
 the engine learns to change later is caught by the tests that compare before and after
-(tests/api/test_isolation.py), not by a user.
+(tests/api/test_api_train.py), not by a user.
 """
 import contextlib
 import logging
