@@ -83,24 +83,34 @@ def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, po
 
 @main.command("eval", context_settings=_ARGS)
 @config_options
-@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint to evaluate")
+@click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint to evaluate")
+@click.option("--model", "model_path", default=None, metavar="FILE",
+              help="or: an up export file (.onnx, .pt2) to evaluate, run by its runtime on the CPU")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--no-ema", is_flag=True, help="evaluate the raw weights even when EMA weights are saved")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
 @click.pass_context
 @run_safely
-def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
-    """Evaluate a checkpoint: metrics printed and written as JSON to results_dir."""
+def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, device):
+    """Evaluate a checkpoint (or an exported model): metrics printed and written as JSON to results_dir."""
     from .run import run_eval
 
     config_files = []
+    checkpoint = _checkpoint_or_model(checkpoint, model_path)
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
+    if model_path:
+        from .export.evaluate import run_eval_model
+
+        run_eval_model(cfg, model_path, work_dir=work_dir, config_files=config_files)
+        return
     run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device, config_files=config_files)
 
 
 @main.command("predict", context_settings=_ARGS)
 @config_options
-@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
+@click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
+@click.option("--model", "model_path", default=None, metavar="FILE",
+              help="or: an up export file (.onnx, .pt2) to predict with, run by its runtime on the CPU")
 @click.option("--input", "input_path", required=True, metavar="IMG_OR_DIR", help="an image file or a directory of them")
 @click.option("--out", "out_dir", default="predictions", show_default=True,
               help="output directory, holding no input; the drawing of a.jpg is a.jpg.png")
@@ -109,11 +119,12 @@ def eval_cmd(ctx, config_path, opts, checkpoint, work_dir, no_ema, device):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
 @click.pass_context
 @run_safely
-def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_thr, no_ema, device):
+def predict_cmd(ctx, config_path, opts, checkpoint, model_path, input_path, out_dir, score_thr, no_ema, device):
     """Predict images: predictions.jsonl plus a PNG per image with boxes (or the class) drawn."""
     from .predict import predict
     from .run import setup_logging
 
+    checkpoint = _checkpoint_or_model(checkpoint, model_path)
     config_files = []
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)
@@ -121,11 +132,30 @@ def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_t
             config_files=config_files)
 
 
+def _checkpoint_or_model(checkpoint, model_path):
+    """Exactly one of --checkpoint / --model; an exported file must be named by --model."""
+    from .predict import is_exported
+
+    if bool(checkpoint) == bool(model_path):
+        raise click.UsageError("give one of --checkpoint CKPT or --model FILE (an up export file)")
+    if model_path and not is_exported(model_path):
+        raise click.UsageError(f"--model {model_path}: not an exported model (.onnx or .pt2); a checkpoint "
+                               "goes to --checkpoint")
+    return checkpoint or model_path
+
+
 @main.command("export", context_settings=_ARGS)
 @config_options
 @click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to export")
-@click.option("--format", "fmt", type=click.Choice(["onnx", "torchscript"]), required=True, help="file format")
-@click.option("--out", default=None, metavar="FILE", help="output file (default: CKPT with .onnx / .pt)")
+@click.option("--format", "fmt", type=click.Choice(["onnx", "pt2", "torchscript"]), default="onnx", show_default=True,
+              help="file format (pt2: torch.export; torchscript: for older torch)")
+@click.option("--form", type=click.Choice(["raw", "end2end"]), default="raw", show_default=True,
+              help="detectors: raw outputs + a documented decode step, or (onnx) decoding and NMS in the graph")
+@click.option("--int8", is_flag=True, help="also write an int8 ONNX file (onnxruntime quantization) and print "
+                                           "its accuracy cost on the val split")
+@click.option("--calib-images", type=click.IntRange(min=1), default=32, show_default=True,
+              help="--int8: train images its static calibration reads")
+@click.option("--out", default=None, metavar="FILE", help="output file (default: CKPT with .onnx / .pt2 / .pt)")
 @click.option("--input-size", default=None, metavar="C,H,W",
               help="input size (default: classification the test dataset's, detection min_size square)")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -134,18 +164,22 @@ def predict_cmd(ctx, config_path, opts, checkpoint, input_path, out_dir, score_t
 @click.option("--no-ema", is_flag=True, help="export the raw weights even when EMA weights are saved")
 @click.pass_context
 @run_safely
-def export_cmd(ctx, config_path, opts, checkpoint, fmt, out, input_size, tolerance, opset, no_ema):
-    """Export a model to ONNX or TorchScript and verify it against PyTorch (exit 1 if it differs)."""
+def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images, out, input_size, tolerance, opset,
+               no_ema):
+    """Export a model to ONNX, pt2 or TorchScript and verify it against PyTorch (exit 1 if it differs)."""
     from .export import export_model
     from .run import setup_logging
 
     config_files = []
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)
-    record = export_model(cfg, checkpoint, fmt, out, input_size=input_size, use_ema=not no_ema,
-                          tolerance=tolerance, opset=opset, config_files=config_files)
+    record = export_model(cfg, checkpoint, fmt, out, form=form, input_size=input_size, use_ema=not no_ema,
+                          tolerance=tolerance, opset=opset, config_files=config_files, int8=int8,
+                          calib_images=calib_images)
     click.echo(f"{record['file']}: {record['weights']} weights, max error {record['max_error']:.3g} "
                f"<= {record['tolerance']:g}")
+    if int8:
+        click.echo(record["int8"]["summary"])
 
 
 @main.group("data")

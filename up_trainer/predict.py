@@ -127,13 +127,20 @@ class Predictor:
 
         self.device = pick_device(device, cfg["runtime"])
         set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
-        self.model = load_model(cfg, checkpoint, self.device, use_ema)
+        if is_exported(checkpoint):  # an up export file (``--model``): run by its runtime
+            from .export.evaluate import check_matches, load_exported
+
+            self.device = torch.device("cpu")
+            self.model = load_exported(checkpoint)
+            check_matches(cfg, self.model)
+        else:
+            self.model = load_model(cfg, checkpoint, self.device, use_ema)
         ds = test_dataset(cfg)
         self.classes = _class_names(ds, self.model)
         self.preprocessing = _preprocessing(ds)
         # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
         self.is_det = hasattr(self.model, "detector") or getattr(self.model, "kind", None) in (
-            "yolox", "retina_plus", "up_fcos", "up_rcnn")
+            "yolox", "retina_plus", "up_fcos", "up_rcnn") or getattr(self.model, "task", None) == "det"
         entry = cfg["dataset"].get("test") or cfg["dataset"].get("train") or {}
         self.size = (entry.get("kwargs") or {}).get("size")  # a classifier's load-time resize
         net_kwargs = cfg["net"].get("kwargs") if isinstance(cfg["net"], dict) else None
@@ -221,6 +228,11 @@ def file_record(path, image, prediction, score_thr, classes):
            "score": round(prediction["score"], 4), "topk": prediction["topk"]}
     canvas, _ = enlarge(to_uint8(image))
     return rec, draw_caption(canvas, f"{rec['class']} {rec['score']:.2f}")
+
+
+def is_exported(path):
+    """Whether ``path`` names an exported model (``up export``'s suffixes) rather than a checkpoint."""
+    return isinstance(path, str) and os.path.splitext(path)[1] in (".onnx", ".pt2")
 
 
 def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True, config_files=()):

@@ -1,10 +1,15 @@
-"""``up export``: a trained model as ONNX or TorchScript, verified against PyTorch on export.
+"""``up export``: a trained model as ONNX, torch.export (pt2) or TorchScript, verified against
+PyTorch on export.
 
-What is exported (see :mod:`.graphs`): classifiers as image batch -> logits, scores;
-RetinaNet / FCOS to ONNX as raw head outputs plus anchors (post-processing in :mod:`.decode`,
-a documented step); every detector to TorchScript as the whole torchvision model with its
-post-processing (list of images -> detections), or, where TorchScript cannot compile the
-net, as raw head outputs like ONNX. The batch axis is dynamic everywhere.
+What is exported (see :mod:`.graphs`, :mod:`.detectors`): classifiers as image batch ->
+logits, scores; detectors of the dense families (RetinaNet, FCOS, SSDlite, YOLOX, the ATSS
+RetinaNet) to ONNX and pt2 in a raw form (RetinaNet / FCOS: head outputs plus anchors,
+:mod:`.decode`; the others: dense boxes and scores, :mod:`.select`) and to ONNX end to end
+(``--form end2end``: decoding and NMS inside the graph); every torchvision detector to
+TorchScript as the whole model with its post-processing (list of images -> detections), or,
+where TorchScript cannot compile the net, as raw head outputs like ONNX. The batch axis is
+dynamic everywhere; the image size is fixed at the export size. ``--int8`` quantizes the ONNX
+file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
 Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
@@ -22,12 +27,15 @@ import os
 import torch
 
 from ..errors import ConfigError
+from .dense import DENSE_FAMILIES
 from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
 from .verify import ExportMismatch, detections_error, onnx_runner, tensors_error
 
 log = logging.getLogger("up")
-FORMATS = ("onnx", "torchscript")
-SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+FORMATS = ("onnx", "pt2", "torchscript")
+FORMS = ("raw", "end2end")
+SUFFIX = {"onnx": ".onnx", "torchscript": ".pt", "pt2": ".pt2"}
+TWO_STAGE = ("faster_rcnn", "up_fcos", "up_rcnn")
 DEFAULT_TOLERANCE = 1e-4
 VERIFY_BATCHES = (1, 3)
 TRACE_BATCH = 2
@@ -50,6 +58,14 @@ def _input_size(cfg, model, input_size):
 
     if input_size:
         return parse_input_size(input_size)
+    if getattr(model, "kind", None) in ("yolox", "retina_plus") and not input_size:
+        from ..engine.builder import build_dataset
+
+        entry = cfg["dataset"].get("test") or cfg["dataset"].get("train")
+        if entry is None:
+            raise ConfigError("--input-size", "no dataset in the config to read the input size from", "give C,H,W")
+        h, w = build_dataset(entry, "dataset.test")[0]["image"].shape[-2:]
+        return (3, -(-int(h) // 32) * 32, -(-int(w) // 32) * 32)  # the net pads to a multiple of 32
     if is_detector(model):
         t = model.detector.transform
         side = int(t.min_size[-1]) if isinstance(t.min_size, (list, tuple)) else int(t.min_size)
@@ -68,19 +84,23 @@ def _inputs(size, batch, seed):
     return torch.rand((batch, *size), generator=g)
 
 
-def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=True,
-                 tolerance=DEFAULT_TOLERANCE, opset=17, config_files=()):
+def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None, use_ema=True,
+                 tolerance=DEFAULT_TOLERANCE, opset=17, config_files=(), int8=False, calib_images=32):
     """Export, verify, write ``out`` and ``out.json``; returns the JSON record. Both are
     checked by the output guard (paths.py) before anything is loaded: neither may be the
-    checkpoint or a config file."""
+    checkpoint or a config file. ``int8``: also write the quantized model (:mod:`.int8`)."""
     from ..paths import guard_output_file
     from ..predict import load_model
 
     if fmt not in FORMATS:
         raise ConfigError("--format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
+    if form not in FORMS:
+        raise ConfigError("--form", f"{form!r} is not one of {', '.join(FORMS)}")
+    if int8 and fmt != "onnx":
+        raise ConfigError("--int8", f"int8 quantization runs on the ONNX file, not {fmt}", "use --format onnx")
     if not (tolerance > 0 and math.isfinite(tolerance)):
         raise ConfigError("--tolerance", f"must be a positive number, got {tolerance}")
-    if fmt == "onnx":
+    if fmt == "onnx" or int8:
         try:
             import onnx  # noqa: F401
             import onnxruntime  # noqa: F401
@@ -91,22 +111,32 @@ def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=Tru
     for path in (out, out + ".json"):
         guard_output_file(path, "--out", inputs=[checkpoint, *config_files])
     model = load_model(cfg, checkpoint, "cpu", use_ema)
-    if getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos", "up_rcnn"):
-        raise ConfigError("--format", f"{model.kind} has no export in this version (torchvision detectors only)",
+    kind = getattr(model, "kind", None)
+    detector = is_detector(model) or kind in DENSE_FAMILIES + TWO_STAGE
+    if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES:
+        raise ConfigError("--format", f"{fmt} export of {kind} is not supported (dense families: "
+                          f"{', '.join(DENSE_FAMILIES)})", "use --format torchscript" if is_detector(model) else
                           "use the checkpoint with up predict / up eval")
+    if detector and fmt == "torchscript" and not is_detector(model):
+        raise ConfigError("--format", f"torchscript export of {kind} is not supported", "use --format onnx or pt2")
+    if form == "end2end" and (not detector or fmt != "onnx"):
+        raise ConfigError("--form", "end2end is the ONNX form of a detector (NMS inside the graph)",
+                          "use --form raw" + (" or --format onnx" if detector else ""))
     weights = _weights_kind(checkpoint, use_ema)
     size = _input_size(cfg, model, input_size)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    if is_detector(model) and fmt == "onnx" and model.kind not in DENSE_KINDS:
-        raise ConfigError("--format", f"onnx export of {model.kind} is not supported (raw heads: "
-                          f"{', '.join(DENSE_KINDS)} only)", "use --format torchscript")
     with torch.no_grad():
         record = None
-        if not is_detector(model):
+        if not detector:
             record = _export_tensors(ClassifierGraph(model).eval(), ["logits", "scores"], size, fmt, out, opset)
             record["task"] = "cls"
         elif fmt == "torchscript":
             record = _export_scripted(model, size, out)
+        elif form == "end2end" or kind not in DENSE_KINDS:
+            from .detectors import export_dense_detector
+
+            record = export_dense_detector(model, size, fmt, "end2end" if form == "end2end" else "dense", out,
+                                           opset, VERIFY_BATCHES)
         if record is None:
             record = _export_raw_heads(model, size, fmt, out, opset)
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
@@ -119,6 +149,10 @@ def export_model(cfg, checkpoint, fmt, out=None, *, input_size=None, use_ema=Tru
                              f"max error {error:.3g} > tolerance {tolerance:g} ({out} kept for inspection)")
     log.info("exported %s weights to %s (%s); verified on batches %s: max error %.3g <= %g",
              weights, out, fmt, list(VERIFY_BATCHES), error, tolerance)
+    if int8:
+        from .int8 import quantize_export
+
+        record["int8"] = quantize_export(cfg, record, calib_images, config_files)
     return record
 
 
@@ -128,6 +162,11 @@ def _export_tensors(graph, output_names, size, fmt, out, opset):
     if fmt == "onnx":
         _onnx_export(graph, example, output_names, out, opset)
         run = onnx_runner(out)
+    elif fmt == "pt2":
+        from .pt2 import pt2_runner, save_pt2
+
+        save_pt2(graph, (example,), out)
+        run = pt2_runner(out)
     else:
         import warnings
 
@@ -141,7 +180,7 @@ def _export_tensors(graph, output_names, size, fmt, out, opset):
     for i, batch in enumerate(VERIFY_BATCHES):
         x = _inputs(size, batch, seed=1 + i)
         error = max(error, tensors_error(run(x), list(graph(x)), output_names, batch))
-    return {"input": {"name": "image", "shape": ["batch", *size]},
+    return {"input": {"name": "image", "shape": ["batch", *size]}, "num_classes": int(graph(example)[0].shape[1]),
             "outputs": output_names, "max_error": error}
 
 
@@ -165,7 +204,10 @@ def _export_raw_heads(model, size, fmt, out, opset):
                           "use --format torchscript")
     graph = DenseHeadsGraph(model, size[1], size[2]).eval()
     record = _export_tensors(graph, graph.output_names, size, fmt, out, opset)
-    record.update(task="det", post_processing="decode step (up_trainer.export.decode)",
+    from .detectors import preprocess_record
+
+    record.update(task="det", kind=model.kind, num_classes=int(model.num_classes), form="heads",
+                  preprocess=preprocess_record(model, size), post_processing="decode step (up_trainer.export.decode)",
                   decode=dict(decode_params(model, graph), image_size=[size[1], size[2]]))
     record["input"]["range"] = "[0, 1], resized to the export size; normalised inside the graph"
     return record

@@ -1,0 +1,99 @@
+"""An exported classifier as a deployed artifact: pt2 beside TorchScript, int8 with its
+accuracy cost, and up eval / up predict on the file."""
+import json
+import warnings
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from up_trainer.cli import main
+from up_trainer.config import resolve_config
+from up_trainer.tasks.net import build_model
+
+pytest.importorskip("onnxruntime")
+
+NET = {"type": "resnet18", "kwargs": {"num_classes": 10, "in_channels": 1, "small_input": True}}
+
+
+def classifier(tmp_path):
+    data = {"type": "digits", "kwargs": {"subset": 24, "size": 16}}
+    cfg = {"runtime": {"num_threads": 1, "seed": 0},
+           "dataset": {"train": {**data, "kwargs": {**data["kwargs"], "split": "train"}},
+                       "test": {**data, "kwargs": {**data["kwargs"], "split": "test"}}, "batch_size": 8},
+           "trainer": {"max_epoch": 1}, "saver": {"results_dir": str(tmp_path / "results")}, "net": NET}
+    path = tmp_path / "cls.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    torch.manual_seed(0)
+    model = build_model(resolve_config(str(path))["net"]).eval()
+    ckpt = tmp_path / "cls.pth"
+    torch.save(model.state_dict(), ckpt)
+    return str(path), str(ckpt), model
+
+
+def invoke(*args, code=0):
+    res = CliRunner().invoke(main, list(args))
+    assert res.exit_code == code, res.output + repr(res.exception)
+    return res
+
+
+def test_pt2_round_trip_and_no_torchscript_warning_on_the_default_path(tmp_path):
+    cfg, ckpt, model = classifier(tmp_path)
+    out = str(tmp_path / "cls.pt2")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        invoke("export", "--config", cfg, "--checkpoint", ckpt, "--format", "pt2", "--out", out)
+        invoke("export", "--config", cfg, "--checkpoint", ckpt, "--out", str(tmp_path / "cls.onnx"))  # default: onnx
+    assert not [w for w in caught if "torch.jit" in str(w.message) or "TorchScript" in str(w.message)]
+    record = json.load(open(out + ".json"))
+    assert record["format"] == "pt2" and record["max_error"] <= 1e-4
+    x = torch.rand(5, 1, 16, 16)
+    logits, _ = torch.export.load(out).module()(x)  # only torch needed to run it
+    with torch.no_grad():
+        assert torch.allclose(logits, model({"image": x})["logits"], atol=1e-4)
+
+
+def test_eval_and_predict_accept_the_exported_file(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    out = str(tmp_path / "cls.onnx")
+    invoke("export", "--config", cfg, "--checkpoint", ckpt, "--out", out)
+    invoke("eval", "--config", cfg, "--checkpoint", ckpt)
+    want = json.load(open(tmp_path / "results" / "metrics.json"))
+    invoke("eval", "--config", cfg, "--model", out)
+    got = json.load(open(tmp_path / "results" / "metrics.json"))
+    assert got["top1"] == pytest.approx(want["top1"]) and set(got) == set(want)
+    from PIL import Image
+
+    Image.new("L", (16, 16), 128).save(tmp_path / "a.png")
+    invoke("predict", "--config", cfg, "--model", out, "--input", str(tmp_path / "a.png"), "--out",
+           str(tmp_path / "pred"))
+    invoke("predict", "--config", cfg, "--checkpoint", ckpt, "--input", str(tmp_path / "a.png"), "--out",
+           str(tmp_path / "pred_ckpt"))
+    a, b = (json.loads(open(tmp_path / d / "predictions.jsonl").readline()) for d in ("pred", "pred_ckpt"))
+    assert a["label"] == b["label"] and a["score"] == pytest.approx(b["score"], abs=1e-3)
+
+
+def test_int8_export_prints_its_accuracy_cost(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    out = str(tmp_path / "cls.onnx")
+    res = invoke("export", "--config", cfg, "--checkpoint", ckpt, "--out", out, "--int8", "--calib-images", "8")
+    line = res.output.strip().splitlines()[-1]
+    assert "cls.int8.onnx: int8 (static, 8 calibration images), top1 on the val split" in line and "->" in line
+    record = json.load(open(str(tmp_path / "cls.int8.onnx.json")))
+    assert record["int8"]["method"] == "static" and record["int8"]["size_int8"] < record["int8"]["size_fp32"]
+    delta = record["int8"]["int8"] - record["int8"]["fp32"]
+    assert record["int8"]["delta"] == pytest.approx(delta)
+    invoke("eval", "--config", cfg, "--model", str(tmp_path / "cls.int8.onnx"))  # the int8 file evaluates too
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "x.pth"], "not an exported model"),
+    (["--checkpoint", "a.pth", "--model", "b.onnx"], "give one of --checkpoint"),
+    ([], "give one of --checkpoint"),
+    (["--model", "missing.onnx"], "missing.onnx: no such file"),
+])
+def test_eval_model_mistakes_are_one_line(tmp_path, args, message):
+    cfg, _, _ = classifier(tmp_path)
+    res = invoke("eval", "--config", cfg, *args, code=2)
+    assert message in res.output and "Traceback" not in res.output

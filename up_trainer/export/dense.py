@@ -1,0 +1,180 @@
+"""Every dense prediction of a detector as two tensors, for the end-to-end graph and the raw form.
+
+:func:`dense_graph` wraps a trained detector of a dense family (torchvision RetinaNet, FCOS and
+SSDlite, YOLOX, the ATSS RetinaNet with or without its IoU branch) as a module
+
+    forward(image [N, 3, H, W]) -> boxes [N, A, 4] (xyxy, input pixels, not clipped),
+                                   scores [N, A, K] (per-class probabilities)
+
+at one input size (H, W): A counts the anchors / points of every pyramid level, level after
+level, K the classes scored (background excluded). The input is what the model itself receives
+in ``batch["image"]`` (the test dataset's model input), padded bottom/right to (H, W); each
+family's own input step (torchvision's normalisation, YOLOX's 0-255 scale, the ATSS net's
+normalisation) is inside the graph. Alongside, :class:`DenseSpec` says how the model selects
+detections from these tensors: per level, a threshold and a top-k (over (anchor, class) pairs
+jointly or per class), then per-class NMS and the best ``detections`` per image
+(:mod:`.select`). Boxes and scores are computed with the same operations, in the same order, as
+the model's own post-processing, so the selection reproduces its detections.
+"""
+from dataclasses import asdict, dataclass, field
+from typing import List
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+
+TORCHVISION_DENSE = ("retinanet", "fcos", "ssdlite")
+OWN_DENSE = ("yolox", "retina_plus")
+DENSE_FAMILIES = TORCHVISION_DENSE + OWN_DENSE
+
+
+@dataclass
+class Level:
+    """One group of consecutive anchors selected together."""
+    anchors: int
+    k: int  # candidates kept: jointly over (anchor, class), or per class
+    thresh: float
+    per_class: bool = False
+    inclusive: bool = False  # score >= thresh (YOLOX) instead of > thresh
+
+
+@dataclass
+class DenseSpec:
+    levels: List[Level] = field(default_factory=list)
+    nms_thresh: float = 0.5
+    detections: int = 100
+    label_offset: int = 0  # label = class column + offset (1..C in the detections)
+
+    def to_json(self):
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data):
+        return cls([Level(**lv) for lv in data["levels"]], data["nms_thresh"], data["detections"],
+                   data["label_offset"])
+
+
+def decode_deltas(rel, anchors, weights, clip):
+    """torchvision's ``BoxCoder.decode_single`` for rel [N, A, 4] against anchors [A, 4]:
+    the same operations in the same order, broadcast over the batch."""
+    widths = anchors[:, 2] - anchors[:, 0]
+    heights = anchors[:, 3] - anchors[:, 1]
+    ctr_x = anchors[:, 0] + 0.5 * widths
+    ctr_y = anchors[:, 1] + 0.5 * heights
+    wx, wy, ww, wh = weights
+    dx, dy = rel[..., 0] / wx, rel[..., 1] / wy
+    dw = torch.clamp(rel[..., 2] / ww, max=clip)
+    dh = torch.clamp(rel[..., 3] / wh, max=clip)
+    pred_ctr_x = dx * widths + ctr_x
+    pred_ctr_y = dy * heights + ctr_y
+    half_w = 0.5 * (torch.exp(dw) * widths)
+    half_h = 0.5 * (torch.exp(dh) * heights)
+    return torch.stack((pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w, pred_ctr_y + half_h), -1)
+
+
+class TorchvisionDense(nn.Module):
+    """RetinaNet / FCOS / SSDlite: the raw heads (``graphs.DenseHeadsGraph``) decoded."""
+
+    def __init__(self, model, height, width):
+        super().__init__()
+        from .graphs import DenseHeadsGraph
+
+        self.heads = DenseHeadsGraph(model, height, width)
+        self.kind = model.kind
+        coder = model.detector.box_coder
+        self.linear = hasattr(coder, "normalize_by_size")
+        self.coder = coder
+        det = model.detector
+        k = int(det.topk_candidates)
+        per_class = self.kind == "ssdlite"
+        self.spec = DenseSpec([Level(a, k, float(det.score_thresh), per_class)
+                               for a in self.heads.num_anchors_per_level],
+                              float(det.nms_thresh), int(det.detections_per_img), 1 if per_class else 0)
+
+    def forward(self, image):
+        out = self.heads(image)
+        cls, reg, anchors = out[0], out[1], out[-1]
+        if self.kind == "fcos":
+            scores = torch.sqrt(torch.sigmoid(cls) * torch.sigmoid(out[2]))
+        elif self.kind == "ssdlite":
+            scores = torch.softmax(cls, dim=-1)[..., 1:]  # column 0 is the background
+        else:
+            scores = torch.sigmoid(cls)
+        if self.linear:
+            boxes = self.coder.decode(reg, anchors)
+        else:
+            boxes = decode_deltas(reg, anchors, self.coder.weights, self.coder.bbox_xform_clip)
+        return boxes, scores
+
+
+class YoloxDense(nn.Module):
+    """YOLOX: backbone, PAFPN, head; the point grid decoded (``yolox.postprocess``)."""
+
+    def __init__(self, model, height, width):
+        super().__init__()
+        self.model = model
+        post = model.postprocess
+        with torch.no_grad():
+            feats = model.neck(model.backbone(torch.zeros(1, 3, height, width)))
+        total = sum(f.shape[-2] * f.shape[-1] for f in feats)
+        self.spec = DenseSpec([Level(total, int(post.pre_nms_top_n), float(post.score_thresh), inclusive=True)],
+                              float(post.nms_thresh), int(post.detections_per_img), 1)
+
+    def forward(self, image):
+        from torchvision.ops import box_convert
+
+        from ..tasks.det.yolox.postprocess import flatten_outputs
+
+        m = self.model
+        out = flatten_outputs(m.roi_head(m.neck(m.backbone(image * m.pixel_scale))), m.strides)
+        return box_convert(out["box"], "cxcywh", "xyxy"), out["cls"].sigmoid() * out["obj"].sigmoid()
+
+
+class AtssDense(nn.Module):
+    """The ATSS RetinaNet (``retina_plus``): FPN head maps, UP's anchors, deltas decoded,
+    scores times the IoU branch where the head has one."""
+
+    def __init__(self, model, height, width):
+        super().__init__()
+        from ..tasks.det.atss.postprocess import SMALL_LEVEL
+
+        self.model = model
+        pred = model.predictor
+        with torch.no_grad():
+            image = torch.zeros(1, 3, height, width)
+            anchors = model.anchors(model.features(model.batch_images(image)[0]))
+        self.register_buffer("anchors", torch.cat(anchors).float())
+        levels = []
+        for a in anchors:
+            n = int(a.shape[0])
+            thresh = float(pred.score_thresh) if n > SMALL_LEVEL else 0.0
+            if pred.kind == "base":
+                levels.append(Level(n, min(pred.pre_nms_top_n, pred.post_nms_top_n), thresh, per_class=True))
+            else:
+                levels.append(Level(n, int(pred.pre_nms_top_n), thresh))
+        self.spec = DenseSpec(levels, float(pred.nms_thresh), int(pred.detections_per_img), 1)
+        self.weights, self.clip = pred.box_coder.weights, pred.box_coder.bbox_xform_clip
+
+    def forward(self, image):
+        from ..tasks.det.atss.postprocess import flatten_outputs
+
+        m = self.model
+        x = image if m.image_mean is None else (image - m.image_mean) / m.image_std  # its own normalisation
+        out = flatten_outputs(m.roi_head(m.features(x)), m.class_first)
+        scores = out["cls"].float().sigmoid()
+        if out["iou"] is not None:
+            scores = scores * out["iou"].float().sigmoid()[..., None]
+        return decode_deltas(out["deltas"].float(), self.anchors, self.weights, self.clip), scores
+
+
+def dense_graph(model, height, width):
+    """The dense module of ``model`` at (height, width), its ``spec`` attached."""
+    kind = getattr(model, "kind", None)
+    if kind in TORCHVISION_DENSE:
+        return TorchvisionDense(model, height, width).eval()
+    if kind == "yolox":
+        return YoloxDense(model, height, width).eval()
+    if kind == "retina_plus":
+        return AtssDense(model, height, width).eval()
+    raise ConfigError("--format", f"{kind} has no dense export (dense families: {', '.join(DENSE_FAMILIES)})")

@@ -1,0 +1,70 @@
+"""An exported file evaluated like a checkpoint: the config's test split, its loader, its
+evaluator, the exported file in the model's place (:class:`.runtime.ExportedModel`)."""
+import logging
+import os
+
+from ..errors import ConfigError
+
+log = logging.getLogger("up")
+
+
+def load_exported(path, threads=None):
+    """The exported model at ``path`` (its ``.json`` record beside it); one-line errors."""
+    from .runtime import RUNTIME_FORMATS, ExportedModel
+
+    suffix = os.path.splitext(path)[1]
+    if suffix not in RUNTIME_FORMATS:
+        raise ConfigError("--model", f"{path}: not an exported model (suffixes: {', '.join(RUNTIME_FORMATS)})")
+    if not os.path.isfile(path):
+        raise ConfigError("--model", f"{path}: no such file")
+    return ExportedModel(path, threads=threads)
+
+
+def check_matches(cfg, exported):
+    """The exported model must be of the config's task and class count (a mix-up is one line)."""
+    from ..tasks.net import build_model
+
+    kind = getattr(build_model(cfg["net"]), "kind", None) if exported.task == "det" else None
+    if exported.kind and kind and exported.kind != kind:
+        raise ConfigError("--model", f"{exported.path} holds a {exported.kind} detector, the config's net is {kind}")
+
+
+def evaluation_trainer(cfg, work_dir=None):
+    """A trainer for evaluation only: data, evaluator, no optimizer, no hooks."""
+    from ..engine.builder import build_trainer
+    from ..engine.hooks import HookList
+    from ..run import require_evaluator
+
+    trainer = build_trainer(cfg, work_dir=work_dir, device="cpu", with_optim=False)
+    trainer.hooks = HookList()
+    require_evaluator(trainer)
+    return trainer
+
+
+def evaluate_exported(cfg, model, trainer=None, work_dir=None):
+    """Metrics of ``model`` (an ExportedModel, or any module) on the config's test split."""
+    trainer = trainer or evaluation_trainer(cfg, work_dir)
+    kept = trainer.model
+    trainer.model = model
+    try:
+        return trainer.evaluate(), trainer
+    finally:
+        trainer.model = kept
+
+
+def run_eval_model(cfg, path, *, work_dir=None, config_files=()):
+    """``up eval --model FILE``: metrics printed and written as ``up eval`` writes them."""
+    from ..engine.builder import resolve_path
+    from ..paths import guard_output_dir
+    from ..run import _output_names, setup_logging, write_eval_results
+
+    if cfg["saver"]["save_result"] and cfg["saver"]["results_dir"]:
+        guard_output_dir(resolve_path(cfg["saver"]["results_dir"], work_dir), "saver.results_dir",
+                         inputs=[*config_files, path, path + ".json"], writes=_output_names("saver.results_dir"))
+    setup_logging(None)
+    model = load_exported(path, threads=cfg["runtime"].get("num_threads") or None)
+    check_matches(cfg, model)
+    log.info("evaluating the exported %s file %s", model.format, path)
+    metrics, trainer = evaluate_exported(cfg, model, work_dir=work_dir)
+    write_eval_results(trainer, metrics)
+    return metrics

@@ -1,0 +1,159 @@
+"""An exported file run as the model it came from: ``batch -> {"logits", "scores"}`` or
+``batch -> {"detections": [...]}``, so ``up eval --model``, ``up predict --model``, ``up
+benchmark`` and the export's own verification feed it the same batches as the PyTorch model.
+
+The record written beside the file (``<file>.json``) says what the graph takes and how its
+outputs become detections:
+
+* ``preprocess`` ``torchvision``: each image resized as the torchvision detector resizes it
+  (``min_size``/``max_size``/``fixed_size``), batched and zero-padded to the export size; boxes
+  scaled back to each image's pixels afterwards;
+* ``preprocess`` ``pad``: images (the model's own input) zero-padded bottom/right to the
+  export size, their sizes passed as ``image_sizes`` (boxes are clipped to them);
+* ``form`` ``end2end``: the graph's outputs are the detections (:mod:`.select`); ``dense``:
+  boxes and scores, selected here by the same :class:`.select.Select`; ``heads``: RetinaNet /
+  FCOS raw heads and anchors, decoded by :mod:`.decode`.
+"""
+import json
+import os
+
+import torch
+
+from ..errors import ConfigError
+
+RUNTIME_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript"}
+
+
+def file_runner(path, fmt, threads=None):
+    """(callable: input tensors -> list of output tensors) for an exported file."""
+    if fmt == "onnx":
+        from .verify import onnx_runner
+
+        return onnx_runner(path, threads=threads)
+    if fmt == "pt2":
+        from .pt2 import pt2_runner
+
+        return pt2_runner(path)
+    import warnings
+
+    import torchvision  # noqa: F401  (registers the ops a scripted detector calls)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit announces its deprecation
+        module = torch.jit.load(path)
+
+    def run(*inputs):
+        with torch.no_grad():
+            out = module(*inputs)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    return run
+
+
+class ExportedModel:
+    """The exported file ``path`` (its record ``path.json`` beside it) behind the model's forward."""
+
+    def __init__(self, path, record=None, threads=None):
+        if record is None:
+            meta = path + ".json"
+            if not os.path.isfile(meta):
+                raise ConfigError("--model", f"{meta} is missing: an exported model is read with the record "
+                                  "up export writes beside it")
+            try:
+                with open(meta, encoding="utf-8") as f:
+                    record = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise ConfigError("--model", f"{meta} is not a readable export record ({exc})") from None
+        if not isinstance(record, dict) or "format" not in record or "task" not in record:
+            raise ConfigError("--model", f"{path}.json is not an up export record (no format / task)")
+        self.path, self.record = path, record
+        self.task, self.format = record["task"], record["format"]
+        self.kind = record.get("kind")
+        self.num_classes = record.get("num_classes")
+        if self.format == "torchscript" and record.get("post_processing") == "included":
+            self.form = "scripted"
+        else:
+            self.form = record.get("form", "heads" if self.task == "det" else "tensors")
+        self.run = file_runner(path, self.format, threads)
+        self.training = False
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):  # an exported graph has no training mode
+        return self
+
+    def to(self, *args, **kwargs):
+        return self
+
+    def __call__(self, batch):
+        images = batch["image"] if isinstance(batch, dict) else batch
+        if self.task == "cls":
+            logits, scores = self.run(images.float().cpu().contiguous())[:2]
+            return {"logits": logits, "scores": scores}
+        if isinstance(images, torch.Tensor) and images.dim() == 4:
+            images = list(images)
+        images = [im.float().cpu() for im in images]
+        return {"detections": self.detect(images)}
+
+    # -- detection ------------------------------------------------------------------------------
+    def detect(self, images):
+        if self.form == "scripted":
+            return self.run(images)
+        pre = self.record["preprocess"]
+        if pre["type"] == "torchvision":
+            return self._detect_torchvision(images, pre)
+        x, sizes = self._pad(images, fill=pre.get("image_mean"))
+        return self._decode(x, sizes)
+
+    def _size(self):
+        return tuple(self.record["input"]["shape"][-2:])
+
+    def _pad(self, images, fill=None):
+        """The images in one batch of the export size, bottom/right padded with ``fill`` per
+        channel (default 0), and their sizes."""
+        h, w = self._size()
+        sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
+        too_big = [s for s in sizes if s[0] > h or s[1] > w]
+        if too_big:
+            raise ConfigError("--model", f"an image of {too_big[0][0]}x{too_big[0][1]} is larger than the export "
+                              f"size {h}x{w}; export with --input-size to fit the data")
+        x = torch.zeros((len(images), images[0].shape[0], h, w))
+        if fill is not None:
+            x += torch.tensor(fill, dtype=x.dtype).view(1, -1, 1, 1)
+        for i, im in enumerate(images):
+            x[i, :, : im.shape[-2], : im.shape[-1]] = im
+        return x, torch.tensor(sizes, dtype=torch.int64).view(-1, 2)
+
+    def _decode(self, x, sizes):
+        from .select import Select, unpad
+        from .dense import DenseSpec
+
+        if self.form == "end2end":
+            return unpad(*self.run(x, sizes))
+        outputs = self.run(x)
+        if self.form == "dense":
+            with torch.no_grad():
+                return unpad(*Select(DenseSpec.from_json(self.record["decode"]))(outputs[0], outputs[1], sizes))
+        from .decode import decode_detections
+
+        dets = decode_detections(outputs, self.record["decode"], self._size())
+        for d, (h, w) in zip(dets, sizes.tolist()):  # clipped to each image, as the model clips
+            d["boxes"][:, 0::2] = d["boxes"][:, 0::2].clamp(0, w)
+            d["boxes"][:, 1::2] = d["boxes"][:, 1::2].clamp(0, h)
+        return dets
+
+    def _detect_torchvision(self, images, pre):
+        from torchvision.models.detection.transform import GeneralizedRCNNTransform
+
+        transform = GeneralizedRCNNTransform(pre["min_size"], pre["max_size"], [0.0] * 3, [1.0] * 3,
+                                             size_divisible=pre["size_divisible"],
+                                             fixed_size=tuple(pre["fixed_size"]) if pre.get("fixed_size") else None)
+        transform.eval()
+        original = [tuple(im.shape[-2:]) for im in images]
+        with torch.no_grad():
+            resized = [transform.resize(im, None)[0] for im in images]
+        # padded with the mean: 0 once the graph normalises, as torchvision pads after normalising
+        x, sizes = self._pad(resized, fill=pre["image_mean"])
+        dets = self._decode(x, sizes)
+        return transform.postprocess(dets, [tuple(s) for s in sizes.tolist()], original)
