@@ -241,3 +241,75 @@ def test_sources_cite_only_files_in_the_tree():
                     if not any(os.path.exists(os.path.join(base, cited)) for base in where):
                         missing.append(f"{os.path.relpath(os.path.join(dirpath, f), REPO)}: {cited}")
     assert missing == []
+
+
+DET_FAMILIES = ("atss", "fcos", "rcnn", "yolox")  # up_trainer/tasks/det/<family>/: one detector family each
+FAMILY_OF = re.compile(rf"^{PACKAGE}\.tasks\.det\.({'|'.join(DET_FAMILIES)})(\.|$)")
+
+
+def family_crossings(graph):
+    """Imports from one detection family's package into another's: shared code belongs in
+    tasks/det (box_ops, simota, transform_ops), where every family imports it from."""
+    out = []
+    for a, deps in graph.items():
+        fa = FAMILY_OF.match(a)
+        for b in deps:
+            fb = FAMILY_OF.match(b)
+            if fa and fb and fa.group(1) != fb.group(1):
+                out.append(f"{a} imports {b}")
+    return sorted(out)
+
+
+def copied_functions(root):
+    """Functions with the same body (AST, docstring left out) in two detection families."""
+    import ast
+
+    seen, out = {}, []
+    for family in DET_FAMILIES:
+        folder = os.path.join(root, PACKAGE, "tasks", "det", family)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+            if not name.endswith(".py"):
+                continue
+            tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    body = node.body[1:] if ast.get_docstring(node) else node.body
+                    if len(body) < 2:
+                        continue  # one-liners (a return of a constant) say too little
+                    key = ast.dump(ast.Module(body=body, type_ignores=[]))
+                    where = f"{family}/{name}:{node.name}"
+                    other = seen.setdefault(key, where)
+                    if other != where and other.split("/")[0] != family:
+                        out.append(f"{where} repeats {other}")
+    return out
+
+
+def test_detection_families_import_no_other_family():
+    assert family_crossings(import_graph(REPO)) == []
+
+
+def test_no_function_is_copied_between_detection_families():
+    assert copied_functions(REPO) == []
+
+
+def test_the_family_checks_see_a_crossing_and_a_copy(tmp_path):
+    det = tmp_path / PACKAGE / "tasks" / "det"
+    body = "def iou(a, b):\n    c = a * b\n    return c / (a + b - c)\n"
+    for family in ("atss", "yolox"):
+        (det / family).mkdir(parents=True)
+        (det / family / "__init__.py").write_text("")
+    for init in (tmp_path / PACKAGE, det.parent, det):
+        (init / "__init__.py").write_text("")
+    (det / "yolox" / "losses.py").write_text(body)
+    (det / "atss" / "losses.py").write_text("from ..yolox.losses import iou\n" + body)
+    assert family_crossings(import_graph(str(tmp_path))) == [
+        f"{PACKAGE}.tasks.det.atss.losses imports {PACKAGE}.tasks.det.yolox.losses"]
+    assert copied_functions(str(tmp_path)) == ["yolox/losses.py:iou repeats atss/losses.py:iou"]
+
+
+def test_every_import_of_the_package_resolves():
+    """Relative imports inside functions run only when called: one that counts its dots wrong
+    after a move (``from ...data`` one folder deeper) fails here, not in a user's run."""
+    known = modules(REPO)
+    graph = import_graph(REPO)
+    assert sorted(f"{a} imports {b}" for a, deps in graph.items() for b in deps if b not in known) == []

@@ -50,7 +50,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
-# Files of the mapped families that use a UP type or kwarg refused on purpose (README, Coming from
+# Files of the mapped families that use a UP type or kwarg refused on purpose (docs/up/, Coming from
 # UP): {file: the one-line error expected}.
 REFUSED = {
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
@@ -75,7 +75,7 @@ DRY_RUN_GAPS = {}
 BIG = {f"cls/swin/swin_transformer_{name}.yaml" for name in ("base_224", "large_224", "large_384")}
 # The C4 Faster R-CNN runs ResNet-50's stage 5 on every sampled RoI (up to 2 x 512 of 7 x 7), the
 # Cascade R-CNN three 12544 x 1024 FC stages and their RoIAlign backward on 2 x 512 RoIs: 10-50 s a
-# step on 2 busy cores. tests/tasks/det/test_rcnn_plus.py trains the same code at resnet18 size.
+# step on 2 busy cores. tests/tasks/det/test_fcos_rcnn.py trains the same code at resnet18 size.
 BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml"}
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 

@@ -5,7 +5,7 @@ under every name the checkpoint policy says is due (ckpt_e{e}.pth, ckpt_latest.p
 hooks requested such as ckpt_best.pth; see :mod:`.checkpoint_policy`). Interrupt snapshots
 come from hooks via :meth:`save_checkpoint`.
 Under ``runtime.iter_base`` the same work is checked after every iteration, by iteration
-number; mid-epoch checkpoints are named ckpt_e{e}-i{iter}.pth (README, Run length).
+number; mid-epoch checkpoints are named ckpt_e{e}-i{iter}.pth (docs/schedule.rst, Run length).
 """
 import logging
 import os
@@ -82,7 +82,7 @@ class Trainer:
     def module(self):
         return getattr(self.model, "module", self.model)
 
-    # -- what hooks change, through these only (tests/test_hook_channels.py) -----------------
+    # -- what hooks change, through these only (tests/hooks/test_hook_channels.py) -----------------
     def set_epoch_length(self, batches):
         """The training epoch about to run has ``batches`` batches (reload's mini-epoch slice,
         a rebuilt training set). The run's length was sized at start and stays as it is."""

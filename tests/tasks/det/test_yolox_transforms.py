@@ -11,7 +11,7 @@ from up_trainer.data.loader import LoaderFactory
 from up_trainer.errors import ConfigError
 from up_trainer.tasks.det.datasets import DetDataset
 from up_trainer.tasks.det.digits_det import DigitsDetection
-from up_trainer.tasks.det.yolox_transforms import hsv_to_rgb, rgb_to_hsv
+from up_trainer.tasks.det.yolox.transforms import hsv_to_rgb, rgb_to_hsv
 from up_trainer.tasks.transforms import build_transforms
 from conftest import UP_FIXTURES  # noqa: E402
 

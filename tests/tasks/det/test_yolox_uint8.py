@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from up_trainer.data.model_input import ModelInput, split_model_input
 from up_trainer.tasks.det.pipeline import to_pipeline
-from up_trainer.tasks.det.yolox_transforms import hsv_gains_uint8, hsv_to_rgb, rgb_to_hsv
+from up_trainer.tasks.det.yolox.transforms import hsv_gains_uint8, hsv_to_rgb, rgb_to_hsv
 from up_trainer.tasks.transforms import build_transforms
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,

@@ -30,7 +30,7 @@ from ...errors import ConfigError
 from ...registry import TRANSFORMS
 from ..transforms import to_levels, unit_float
 from .transforms import PER_BOX_KEYS, _mark_size, select_boxes
-from .yolox_transforms import check_fill, fill_of, uniform
+from .transform_ops import check_fill, fill_of, uniform
 
 
 def _coin(prob):

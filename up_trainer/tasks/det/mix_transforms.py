@@ -24,7 +24,7 @@ from torchvision import tv_tensors
 from ...errors import ConfigError
 from ...registry import TRANSFORMS
 from .transforms import PER_BOX_KEYS
-from .yolox_transforms import box_candidates, check_fill, fill_of, to_uint8, uniform
+from .transform_ops import box_candidates, check_fill, fill_of, to_uint8, uniform
 
 
 def _pair(value, name):

@@ -1,5 +1,5 @@
 """Anchors and pyramid levels on UP's rules, shared by the detectors that follow them (the
-native retina_plus and the nets read from UP's files): one level's ``hand_craft`` anchors, and
+native ATSS RetinaNet and the nets read from UP's files): one level's ``hand_craft`` anchors, and
 the levels stacked above the backbone's."""
 import math
 

@@ -7,14 +7,14 @@ Three shapes are mapped:
 * RetinaNet: resnet + ``FPN`` + ``RetinaSubNet`` + ``retina_post`` -> torchvision RetinaNet;
 * Faster R-CNN: resnet + ``FPN`` + ``NaiveRPN`` + ``rpn_post`` + ``BboxFC_Pre`` + ``BboxFC``
   + ``bbox_post`` -> torchvision Faster R-CNN;
-* FCOS: resnet + ``FPN`` + ``FcosHead`` + ``fcos_post`` -> :class:`up_trainer.tasks.det.rcnn_plus.FcosModel`
-  (:mod:`.rcnn_plus_net`);
+* FCOS: resnet + ``FPN`` + ``FcosHead`` + ``fcos_post`` -> :class:`up_trainer.tasks.det.fcos.FcosModel`
+  (:mod:`.rcnn_net`);
 * the ATSS RetinaNet (UP's "improve" files): resnet + ``FPN`` + ``RetinaHeadWithBN`` /
   ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` / ``retina_post_iou`` ->
-  :class:`up_trainer.tasks.det.retina_plus.RetinaPlusModel` (:mod:`.retina_plus_net`);
+  :class:`up_trainer.tasks.det.atss.RetinaPlusModel` (:mod:`.atss_net`);
 * Faster R-CNN C4 (``BboxRes5_Pre`` + ``BboxRes5``), R-FCN (``BboxRFCN_Pre`` + ``BboxRFCN``),
-  Cascade R-CNN (``FPN`` + ``CascadeFC``) -> :class:`up_trainer.tasks.det.rcnn_plus.TwoStageModel`
-  (:mod:`.rcnn_plus_net`);
+  Cascade R-CNN (``FPN`` + ``CascadeFC``) -> :class:`up_trainer.tasks.det.rcnn.TwoStageModel`
+  (:mod:`.rcnn_net`);
 * YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
 
@@ -105,7 +105,7 @@ def _shape(net_cfg, path):
                           f"mapped: {', '.join(backbones)}")
     if len(types) == 3 and types[1] in CLS_HEADS and types[2] == CLS_PARTS[1]:
         return "cls"
-    from .rcnn_plus_net import two_stage_shape
+    from .rcnn_net import two_stage_shape
 
     two_stage = two_stage_shape(types[1:])
     if two_stage:
@@ -144,15 +144,15 @@ def build_up_net(net_cfg, path="net"):
 
         return build_yolox_net(net_cfg, path)
     if shape == "fcos":
-        from .rcnn_plus_net import build_fcos_net
+        from .fcos_net import build_fcos_net
 
         return build_fcos_net(net_cfg, path)
     if shape == "retina_plus":
-        from .retina_plus_net import build_retina_plus_net
+        from .atss_net import build_retina_plus_net
 
         return build_retina_plus_net(net_cfg, path)
     if shape in ("c4", "rfcn", "cascade"):
-        from .rcnn_plus_net import build_two_stage_net
+        from .rcnn_net import build_two_stage_net
 
         return build_two_stage_net(shape, net_cfg, path)
     from .det_net import build_detector

@@ -21,7 +21,7 @@ from .det_parts import UPExtraLevels
 from .det_readers import read_faster, read_retina
 from .keymap import BOX_HEAD, RETINA_HEAD, RPN_HEAD, backbone_rules, fpn_rules, translate
 from .layers import initialize, norm_layer, read_initializer
-from .options import Options
+from .options import entry_options
 
 
 def read_fpn(opts, trunk, norm_ok=False):
@@ -62,14 +62,10 @@ def read_fpn(opts, trunk, norm_ok=False):
     return fpn
 
 
-def _entry_options(net_cfg, path):
-    return [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]
-
-
 def build_detector(shape, net_cfg, path):
     from ..det.models import DetectionModel, _Proxy
 
-    opts = _entry_options(net_cfg, path)
+    opts = entry_options(net_cfg, path)
     names = [e["name"] for e in net_cfg]
     trunk, sync_group = build_resnet(net_cfg[0]["type"], opts[0])
     if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):
@@ -130,3 +126,10 @@ class _BodyAsDict(nn.Module):
     def forward(self, x):
         chain = self.chain[0]
         return chain.fpn(_to_dict(chain.body(x)))
+
+
+def up_model_attrs(model, net_cfg, path, classes_entry, sync):
+    model.num_classes_counts_background = True
+    model.num_classes_path = join_path(join_path(path, classes_entry), "kwargs.num_classes")
+    model.sync_bn_group_size = sync
+    model.up_part_names = [e["name"] for e in net_cfg]

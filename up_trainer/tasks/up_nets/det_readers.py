@@ -11,32 +11,13 @@ from torch import nn
 from ...errors import ConfigError
 from .det_parts import FocalHead, ForegroundRetinaNet, L1BoxHead, UPAnchorGenerator, UPMatcher, prepared_transform
 from .layers import read_initializer
-from .options import sub_options
-
-
-def _one_type(opts, key, allowed, what):
-    kind, kw = sub_options(opts, key, what, default=None)
-    if kind is None:
-        raise ConfigError(opts.at(key), f"required by UP's {opts.what}")
-    if kind not in allowed:
-        raise ConfigError(opts.at(key) + ".type", f"UP {what} {kind!r} is not mapped here",
-                          f"supported: {', '.join(allowed)}")
-    return kind, kw
-
-
-def _loss_weight(kw, fixed=False):
-    weight = kw.take("loss_weight", 1.0, types=float)
-    if fixed and weight != 1.0:
-        raise ConfigError(kw.at("loss_weight"), "torchvision's Faster R-CNN losses are not weighted", "use 1.0")
-    kw.take("reduction", "mean", only="mean")
-    kw.ignore("name", "a log label")
-    return weight
+from .options import loss_weight, read_num_classes, typed_part
 
 
 def _fixed_loss(cfg, key, allowed, what):
     """A Faster R-CNN loss: torchvision's own, so only UP's neutral settings are accepted."""
-    _, kw = _one_type(cfg, key, allowed, what)
-    _loss_weight(kw, fixed=True)
+    _, kw = typed_part(cfg, key, allowed, what)
+    loss_weight(kw, fixed_why="torchvision's Faster R-CNN losses are not weighted")
     kw.take("class_dim", -1, only=-1)
     kw.take("ignore_index", -1, only=-1)
     kw.take("init_prior", 0.5, types=float)  # UP's bias init for a sigmoid classifier; the RPN's is zero
@@ -45,7 +26,7 @@ def _fixed_loss(cfg, key, allowed, what):
 
 
 def _anchors(cfg, strides):
-    _, kw = _one_type(cfg, "anchor_generator", ("hand_craft",), "anchor generator")
+    _, kw = typed_part(cfg, "anchor_generator", ("hand_craft",), "anchor generator")
     ratios = kw.take("anchor_ratios", types=list)
     scales = kw.take("anchor_scales", types=list)
     kw.take("anchor_strides", None, only=None, why="the strides are the feature pyramid's")
@@ -55,7 +36,7 @@ def _anchors(cfg, strides):
 
 def _matcher(kw):
     """(UPMatcher, sampler kwargs) from a UP ``roi_supervisor``/``bbox_supervisor``'s kwargs."""
-    _, m = _one_type(kw, "matcher", ("max_iou",), "matcher")
+    _, m = typed_part(kw, "matcher", ("max_iou",), "matcher")
     pos = m.take("positive_iou_thresh", types=float)
     neg = m.take("negative_iou_thresh", types=float)
     m.take("ignore_iou_thresh", 0.5, types=float)  # only acts on ignore regions, which our data has none of
@@ -72,15 +53,10 @@ def _nms_thresh(opts):
     return float(nms["nms_iou_thresh"])
 
 
-def _num_classes(opts, key="num_classes"):
-    n = opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
-    return n
-
-
 def read_retina(head, post, fpn, backbone):
     """(torchvision RetinaNet, foreground classes) from RetinaSubNet + retina_post kwargs."""
     head.take("inplanes", [fpn.out_channels] * len(fpn.out_strides), types=(list, int))
-    n = _num_classes(head)
+    n = read_num_classes(head)
     head.take("feat_planes", fpn.out_channels, only=fpn.out_channels,
               why="torchvision's RetinaNet head keeps the pyramid's channel count")
     head.take("normalize", None, only=None, why="the torchvision head has plain convolutions")
@@ -98,17 +74,17 @@ def read_retina(head, post, fpn, backbone):
         raise ConfigError(post.at("num_classes"), f"differs from the head's {n}")
     post.ignore("prefix", "a log label")
     cfg = post.sub("cfg")
-    _, focal = _one_type(cfg, "cls_loss", ("sigmoid_focal_loss",), "classification loss")
+    _, focal = typed_part(cfg, "cls_loss", ("sigmoid_focal_loss",), "classification loss")
     if focal.take("num_classes", n, types=int) != n:
         raise ConfigError(focal.at("num_classes"), f"differs from the head's {n}")
     alpha, gamma = focal.take("alpha", 0.25, types=float), focal.take("gamma", 2.0, types=float)
     focal.take("init_prior", prior, types=float)  # UP reads the head's init_prior for the bias
     focal.take("ignore_index", -1, only=-1)
     focal.take("dynamic_normalizer", False, only=False)
-    cls_weight = _loss_weight(focal)
+    cls_weight = loss_weight(focal)
     focal.done()
-    _, l1 = _one_type(cfg, "loc_loss", ("l1_loss",), "localisation loss")
-    loc_weight = _loss_weight(l1)
+    _, l1 = typed_part(cfg, "loc_loss", ("l1_loss",), "localisation loss")
+    loc_weight = loss_weight(l1)
     l1.take("scale_type", "linear", only="linear")
     l1.take("code_weights", None, only=None)
     l1.done()
@@ -116,18 +92,18 @@ def read_retina(head, post, fpn, backbone):
     if anchors.num_anchors_per_location()[0] != num_anchors:
         raise ConfigError(head.at("num_anchors"), f"{num_anchors} but anchor_ratios x anchor_scales give "
                           f"{anchors.num_anchors_per_location()[0]}")
-    _, sup = _one_type(cfg, "roi_supervisor", ("retina",), "supervisor")
+    _, sup = typed_part(cfg, "roi_supervisor", ("retina",), "supervisor")
     sup.take("allowed_border", -1, only=-1, why="every anchor is kept, as torchvision does")
     matcher = _matcher(sup)
-    _one_type(sup, "sampler", ("keep_all",), "sampler")[1].done()
+    typed_part(sup, "sampler", ("keep_all",), "sampler")[1].done()
     sup.done()
-    _, pred = _one_type(cfg, "roi_predictor", ("base",), "predictor")
+    _, pred = typed_part(cfg, "roi_predictor", ("base",), "predictor")
     score = pred.take("pre_nms_score_thresh", types=float)
     top_k = pred.take("pre_nms_top_n", types=int)
     pred.take("post_nms_top_n", types=int)  # a per-class, per-level cap UP applies before merging
     pred.take("roi_min_size", 0, only=0, why="torchvision keeps boxes of any size")
     pred.take("clip_box", True, only=True)
-    _, merger = _one_type(pred, "merger", ("retina",), "merger")
+    _, merger = typed_part(pred, "merger", ("retina",), "merger")
     per_img = merger.take("top_n", types=int)
     nms = _nms_thresh(merger)
     merger.done()
@@ -188,18 +164,18 @@ def read_faster(opts, fpn, backbone):
     if anchors.num_anchors_per_location()[0] != num_anchors:
         raise ConfigError(rpn.at("num_anchors"), f"{num_anchors} but the anchor generator gives "
                           f"{anchors.num_anchors_per_location()[0]}")
-    _, sup = _one_type(cfg, "roi_supervisor", ("rpn",), "RPN supervisor")
+    _, sup = typed_part(cfg, "roi_supervisor", ("rpn",), "RPN supervisor")
     sup.take("allowed_border", -1, only=-1, why="every anchor is kept, as torchvision does")
     rpn_matcher = _matcher(sup)
-    _, sampler = _one_type(sup, "sampler", ("naive",), "sampler")
+    _, sampler = typed_part(sup, "sampler", ("naive",), "sampler")
     rpn_batch, rpn_pos = sampler.take("batch_size", types=int), sampler.take("positive_percent", types=float)
     sampler.done(), sup.done()
     phases = {}
     for phase in ("train", "test"):
         ph = cfg.sub(phase)
-        _, pred = _one_type(ph, "roi_predictor", ("base",), "RPN predictor")
+        _, pred = typed_part(ph, "roi_predictor", ("base",), "RPN predictor")
         pre_n, post_n = pred.take("pre_nms_top_n", types=int), pred.take("post_nms_top_n", types=int)
-        _, merger = _one_type(pred, "merger", ("rpn",), "RPN merger")
+        _, merger = typed_part(pred, "merger", ("rpn",), "RPN merger")
         top = merger.take("top_n", types=int)
         merger.done()
         if post_n < top:
@@ -216,10 +192,10 @@ def read_faster(opts, fpn, backbone):
     cfg.done(), rpn_post.done()
 
     pre_cfg = pre.sub("cfg")
-    _, bsup = _one_type(pre_cfg, "bbox_supervisor", ("faster",), "box supervisor")
+    _, bsup = typed_part(pre_cfg, "bbox_supervisor", ("faster",), "box supervisor")
     means, stds = _bbox_normalize(bsup)
     box_matcher = _matcher(bsup)
-    _, sampler = _one_type(bsup, "sampler", ("naive",), "sampler")
+    _, sampler = typed_part(bsup, "sampler", ("naive",), "sampler")
     box_batch, box_pos = sampler.take("batch_size", types=int), sampler.take("positive_percent", types=float)
     sampler.done(), bsup.done()
     fpn_cfg = pre_cfg.sub("fpn")
@@ -234,7 +210,7 @@ def read_faster(opts, fpn, backbone):
 
     box.take("inplanes", fpn.out_channels, types=(list, int))
     feat = box.take("feat_planes", types=int)
-    n = _num_classes(box)
+    n = read_num_classes(box)
     box_init = read_initializer(box)
     bcfg = box.sub("cfg")
     bcfg.take("class_activation", "softmax", only="softmax")
@@ -249,7 +225,7 @@ def read_faster(opts, fpn, backbone):
     post_cfg.take("share_location", False, only=False)
     if _bbox_normalize(post_cfg) != (means, stds):
         raise ConfigError(post_cfg.at("bbox_normalize"), "differs from BboxFC_Pre's")
-    _, bpred = _one_type(post_cfg, "bbox_predictor", ("faster",), "box predictor")
+    _, bpred = typed_part(post_cfg, "bbox_predictor", ("faster",), "box predictor")
     if _bbox_normalize(bpred) != (means, stds):
         raise ConfigError(bpred.at("bbox_normalize"), "differs from BboxFC_Pre's")
     bpred.take("share_location", False, only=False)

@@ -88,3 +88,44 @@ def _sub(self, key):
 
 
 Options.sub = _sub
+
+
+# -- the readers' shared steps (every UP net reader: det_readers, fcos_net, rcnn_net, atss_net,
+# yolox_net); one wording for each refusal ----------------------------------------------------
+def entry_options(net_cfg, path):
+    """One :class:`Options` per entry of a UP net list, over its kwargs."""
+    return [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]
+
+
+def typed_part(opts, key, allowed, what, family=None, default=None):
+    """(type, Options over its kwargs) of the nested ``{type, kwargs}`` at ``key``, whose type
+    must be one of ``allowed`` (mapped ``for {family}``, or here at all)."""
+    kind, kw = sub_options(opts, key, what, default=default)
+    if kind is None:
+        raise ConfigError(opts.at(key), f"required by UP's {opts.what}")
+    if kind not in allowed:
+        where = f"for {family}" if family else "here"
+        raise ConfigError(opts.at(f"{key}.type"), f"UP {what} {kind!r} is not mapped {where}",
+                          f"supported: {', '.join(allowed)}")
+    return kind, kw
+
+
+def loss_weight(kw, fixed_why=None):
+    """A UP loss's ``loss_weight`` (only 1.0 when ``fixed_why`` says why), its mean reduction
+    and its log name."""
+    weight = kw.take("loss_weight", 1.0, types=float)
+    if fixed_why and weight != 1.0:
+        raise ConfigError(kw.at("loss_weight"), fixed_why, "use 1.0")
+    kw.take("reduction", "mean", types=str, only="mean")
+    kw.ignore("name", "a log label")
+    return weight
+
+
+def same_value(opts, key, value, why):
+    """``key`` may only be ``value`` (what the built part already is)."""
+    opts.take(key, value, types=type(value), only=value, why=why)
+
+
+def read_num_classes(opts, key="num_classes"):
+    """UP's class count, which counts the background."""
+    return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")

@@ -1,10 +1,11 @@
 """Read the kwargs of UP's two-stage parts (NaiveRPN + rpn_post / retina_post, BboxRes5_Pre +
-BboxRes5, BboxRFCN_Pre + BboxRFCN, bbox_post, CascadeFC) into :mod:`..det.rcnn_plus` pieces.
+BboxRes5, BboxRFCN_Pre + BboxRFCN, bbox_post, CascadeFC) into :mod:`..det.rcnn` pieces.
 Each option is honoured or refused in one line with its path."""
 from ...errors import ConfigError
-from .det_readers import _anchors, _bbox_normalize, _matcher, _nms_thresh, _one_type
+from .det_readers import _anchors, _bbox_normalize, _matcher, _nms_thresh
 from .det_parts import UPMatcher
 from .layers import read_initializer
+from .options import loss_weight, typed_part
 
 RPN_CLS_LOSSES = ("sigmoid_cross_entropy", "softmax_cross_entropy")
 LOC_LOSSES = ("smooth_l1_loss", "l1_loss")
@@ -14,43 +15,34 @@ def _positive(v):
     return None if v > 0 else "must be > 0"
 
 
-def _classes(opts):
-    return opts.take("num_classes", types=int, check=lambda v: None if v >= 2 else
-                     "counts the background too: at least 2")
-
-
 def read_cls_loss(cfg, allowed, what):
     """A cross-entropy loss entry: its weight."""
-    _, kw = _one_type(cfg, "cls_loss", allowed, what)
-    weight = kw.take("loss_weight", 1.0, types=float)
-    kw.take("reduction", "mean", only="mean")
+    _, kw = typed_part(cfg, "cls_loss", allowed, what)
+    weight = loss_weight(kw)
     kw.take("class_dim", -1, only=-1, why="the class dimension is the last")
     kw.take("ignore_index", -1, only=-1)
     kw.take("init_prior", 0.5, types=float)  # a sigmoid bias prior; the heads here start at zero bias
-    kw.ignore("name", "a log label")
     kw.done()
     return weight
 
 
 def read_loc_loss(cfg, what):
     """(beta, weight) of a ``smooth_l1_loss`` (beta = 1 / sigma^2) or ``l1_loss`` (beta 0) entry."""
-    kind, kw = _one_type(cfg, "loc_loss", LOC_LOSSES, what)
+    kind, kw = typed_part(cfg, "loc_loss", LOC_LOSSES, what)
     beta = 0.0
     if kind == "smooth_l1_loss":
         beta = 1.0 / kw.take("sigma", 1.0, types=float, check=_positive) ** 2
-    weight = kw.take("loss_weight", 1.0, types=float)
-    kw.take("reduction", "mean", only="mean")
+    weight = loss_weight(kw)
     kw.take("scale_type", "linear", only="linear")
     kw.take("code_weights", None, only=None)
-    kw.ignore("name", "a log label")
     kw.done()
     return beta, weight
 
 
 def read_rpn(head, post, strides, in_channels):
     """UPRegionProposals from NaiveRPN + rpn_post (or retina_post used as the proposal stage)."""
-    from ..det.rcnn_plus import UPRegionProposals
-    from ..det.rcnn_plus.proposals import UPRPNHead
+    from ..det.rcnn import UPRegionProposals
+    from ..det.rcnn.proposals import UPRPNHead
 
     levels = len(strides)
     head.take("inplanes", in_channels, types=(list, int))
@@ -76,20 +68,20 @@ def read_rpn(head, post, strides, in_channels):
     if anchors.num_anchors_per_location()[0] != num_anchors:
         raise ConfigError(head.at("num_anchors"), f"{num_anchors} but the anchor generator gives "
                           f"{anchors.num_anchors_per_location()[0]}")
-    _, sup = _one_type(cfg, "roi_supervisor", ("rpn",), "RPN supervisor")
+    _, sup = typed_part(cfg, "roi_supervisor", ("rpn",), "RPN supervisor")
     border = sup.take("allowed_border", -1, types=int)
     matcher = _matcher(sup)
-    _, sampler = _one_type(sup, "sampler", ("naive",), "sampler")
+    _, sampler = typed_part(sup, "sampler", ("naive",), "sampler")
     batch, frac = sampler.take("batch_size", types=int, check=_positive), sampler.take("positive_percent", types=float)
     sampler.done(), sup.done()
     phases = {}
     for phase in ("train", "test"):
         ph = cfg.sub(phase)
-        _, pred = _one_type(ph, "roi_predictor", ("base",), "RPN predictor")
+        _, pred = typed_part(ph, "roi_predictor", ("base",), "RPN predictor")
         pre_n = pred.take("pre_nms_top_n", types=int, check=_positive)
         post_n = pred.take("post_nms_top_n", types=int, check=_positive)
         top = post_n * levels  # per level, as UP without a merger (the levels' best overall here)
-        _, merger = _one_type(pred, "merger", ("rpn",), "RPN merger") if "merger" in pred.kwargs else (None, None)
+        _, merger = typed_part(pred, "merger", ("rpn",), "RPN merger") if "merger" in pred.kwargs else (None, None)
         if merger is not None:
             top = merger.take("top_n", types=int, check=_positive)
             merger.done()
@@ -118,10 +110,10 @@ def read_rpn(head, post, strides, in_channels):
 
 def read_supervisor(pre_cfg):
     """(matcher, batch size, positive fraction, stds) of a ``faster`` bbox_supervisor."""
-    _, sup = _one_type(pre_cfg, "bbox_supervisor", ("faster",), "box supervisor")
+    _, sup = typed_part(pre_cfg, "bbox_supervisor", ("faster",), "box supervisor")
     _, stds = _bbox_normalize(sup)
     matcher = _matcher(sup)
-    _, sampler = _one_type(sup, "sampler", ("naive",), "sampler")
+    _, sampler = typed_part(sup, "sampler", ("naive",), "sampler")
     batch, frac = sampler.take("batch_size", types=int, check=_positive), sampler.take("positive_percent", types=float)
     sampler.done(), sup.done()
     return matcher, batch, frac, stds
@@ -147,7 +139,7 @@ def read_bbox_post(post, stds, agnostic):
     cfg.take("share_location", agnostic, only=agnostic, why="the head's share_location")
     if _bbox_normalize(cfg)[1] != stds:
         raise ConfigError(cfg.at("bbox_normalize"), "differs from the supervisor's")
-    _, pred = _one_type(cfg, "bbox_predictor", ("faster",), "box predictor")
+    _, pred = typed_part(cfg, "bbox_predictor", ("faster",), "box predictor")
     if _bbox_normalize(pred)[1] != stds:
         raise ConfigError(pred.at("bbox_normalize"), "differs from the supervisor's")
     pred.take("share_location", agnostic, only=agnostic, why="the head's share_location")
@@ -162,7 +154,7 @@ def read_bbox_post(post, stds, agnostic):
 
 def read_stage_matchers(sup, num_stage):
     """Per-stage UPMatchers of a cascade supervisor's ``stage_matcher`` (threshold lists)."""
-    _, m = _one_type(sup, "stage_matcher", ("max_iou",), "matcher")
+    _, m = typed_part(sup, "stage_matcher", ("max_iou",), "matcher")
 
     def per_stage(key):
         value = m.take(key, types=(list, float))

@@ -26,9 +26,10 @@ from torch import nn
 from ...errors import ConfigError, join_path
 from .keymap import backbone_rules, translate
 from .layers import initialize, norm_layer, read_initializer
-from .options import Options, sub_options
+from .options import entry_options, sub_options, typed_part
 
 PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
+FAMILY = "YOLOX"  # in refusals: "UP loss 'x' is not mapped for ..."
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 STAGE_STRIDES = (2, 4, 8, 16, 32)  # CSPDarknet's stem, dark2 .. dark5
 UP_TOP_N = 300  # UP's yolox predictor: detections kept per image
@@ -185,22 +186,12 @@ def read_head(opts, planes):
 
 
 # -- yolox_post ------------------------------------------------------------------------------
-def _typed(cfg, key, allowed, what):
-    kind, kw = sub_options(cfg, key, what, default=None)
-    if kind is None:
-        raise ConfigError(cfg.at(key), f"required by UP's {cfg.what}")
-    if kind not in allowed:
-        raise ConfigError(cfg.at(f"{key}.type"), f"UP {what} {kind!r} is not mapped for YOLOX",
-                          f"supported: {', '.join(allowed)}")
-    return kw
-
-
 def _same_classes(opts, num_classes):
     opts.take("num_classes", num_classes, types=int, only=num_classes, why="the head's num_classes")
 
 
 def _bce(cfg, key):
-    kw = _typed(cfg, key, ("sigmoid_cross_entropy",), "loss")
+    kw = typed_part(cfg, key, ("sigmoid_cross_entropy",), "loss", family=FAMILY)[1]
     kw.take("loss_weight", 1.0, types=float, only=1.0, why="YOLOX's class and objectness losses are unweighted")
     kw.take("reduction", "mean", types=str, only="mean")
     kw.ignore("name", "a log label")
@@ -220,7 +211,7 @@ def read_post(opts, num_classes):
     cfg = opts.sub("cfg")
     for key in ("train", "test"):
         cfg.take(key, None, only=None, why="one setting serves training and evaluation")
-    loc = _typed(cfg, "loc_loss", ("iou_loss",), "loss")
+    loc = typed_part(cfg, "loc_loss", ("iou_loss",), "loss", family=FAMILY)[1]
     iou_kind = loc.take("loss_type", "iou", types=str, check=lambda v: None if v in IOU_KINDS else
                         f"expected one of {', '.join(IOU_KINDS)}")
     iou_weight = loc.take("loss_weight", 1.0, types=float)
@@ -229,15 +220,15 @@ def read_post(opts, num_classes):
     loc.done()
     _bce(cfg, "cls_loss")
     _bce(cfg, "obj_loss")
-    points = _typed(cfg, "anchor_generator", ("fcos",), "anchor generator")
+    points = typed_part(cfg, "anchor_generator", ("fcos",), "anchor generator", family=FAMILY)[1]
     points.take("dense_points", 1, types=int, only=1, why="YOLOX predicts one box per point")
     points.take("center", False, types=bool, only=False, why="YOLOX's grid points sit at the cells' corners")
     points.done()
-    sup = _typed(cfg, "roi_supervisor", ("ota",), "roi_supervisor")
+    sup = typed_part(cfg, "roi_supervisor", ("ota",), "roi_supervisor", family=FAMILY)[1]
     _same_classes(sup, num_classes)
     sup.take("norm_on_bbox", False, types=bool, only=False)
     sup.ignore("return_gts", "an output for debugging")
-    matcher = _typed(sup, "matcher", ("ota",), "matcher")
+    matcher = typed_part(sup, "matcher", ("ota",), "matcher", family=FAMILY)[1]
     sup.done()
     _same_classes(matcher, num_classes)
     matcher.take("center_sample", True, types=bool, only=True, why="SimOTA's candidates are centre-sampled")
@@ -245,7 +236,7 @@ def read_post(opts, num_classes):
     candidate_k = matcher.take("candidate_k", 10, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     radius = matcher.take("radius", 2.5, types=float, check=lambda v: None if v > 0 else "must be > 0")
     matcher.done()
-    pred = _typed(cfg, "roi_predictor", ("yolox",), "roi_predictor")
+    pred = typed_part(cfg, "roi_predictor", ("yolox",), "roi_predictor", family=FAMILY)[1]
     _same_classes(pred, num_classes)
     score = pred.take("pre_nms_score_thresh", types=float, check=lambda v: None if 0 <= v <= 1 else
                       "must be in [0, 1]")
@@ -264,7 +255,7 @@ def read_post(opts, num_classes):
 def build_yolox_net(net_cfg, path):
     from ..det.yolox import SimOTAAssigner, YoloxCriterion, YoloxModel, YoloxPostprocess
 
-    opts = [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]
+    opts = entry_options(net_cfg, path)
     kind = net_cfg[0]["type"]
     if kind in RESNETS:
         backbone, planes, strides, bb_norm = read_resnet(kind, opts[0])

@@ -8,10 +8,11 @@ built one by one (UP's net entries are mapped onto them).
 from typing import Optional
 
 from ....registry import MODELS
-from .assigner import Assignment, SimOTAAssigner
+from ..box_ops import paired_iou
+from ..simota import Assignment, SimOTAAssigner
 from .backbone import CSPDarknet
 from .head import YoloXHead
-from .losses import IOU_KINDS, YoloxCriterion, iou_loss, l1_targets, paired_iou
+from .losses import IOU_KINDS, YoloxCriterion, iou_loss, l1_targets
 from .model import SIZES, YoloxModel, build_yolox
 from .neck import YoloxPAFPN
 from .postprocess import YoloxPostprocess, flatten_outputs

@@ -14,18 +14,10 @@ import torch.nn.functional as F
 from torchvision.ops import box_convert, generalized_box_iou_loss
 
 from ....errors import ConfigError
-from .assigner import SimOTAAssigner
+from ..box_ops import mean_over_processes, paired_iou
+from ..simota import SimOTAAssigner
 
 IOU_KINDS = ("iou", "linear_iou", "square_iou", "giou")  # UP's loss_type names
-
-
-def paired_iou(a, b, eps=1e-7):
-    """IoU of a[i] with b[i] (xyxy, [N, 4] each) -> [N]."""
-    wh = (torch.min(a[:, 2:], b[:, 2:]) - torch.max(a[:, :2], b[:, :2])).clamp(min=0)
-    inter = wh[:, 0] * wh[:, 1]
-    area_a = (a[:, 2] - a[:, 0]).clamp(min=0) * (a[:, 3] - a[:, 1]).clamp(min=0)
-    area_b = (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
-    return inter / (area_a + area_b - inter + eps)
 
 
 def iou_loss(pred, target, kind="square_iou", eps=1e-7):
@@ -50,19 +42,6 @@ def l1_targets(gt_xyxy, centers, strides, eps=1e-8):
     s = strides[:, None]
     corner = centers - 0.5 * s  # the grid position the decode adds the offset to
     return torch.cat(((cxcywh[:, :2] - corner) / s, torch.log(cxcywh[:, 2:] / s + eps)), dim=1)
-
-
-def mean_over_processes(value):
-    """``value`` (a 0-d tensor, e.g. the positives of this process) summed over data-parallel
-    processes / their number, at least 1: every process divides its losses by the same number."""
-    import torch.distributed as dist
-
-    value = value.detach().float()
-    if dist.is_available() and dist.is_initialized():
-        value = value.clone()
-        dist.all_reduce(value)
-        value = value / dist.get_world_size()
-    return max(float(value), 1.0)
 
 
 class YoloxCriterion:

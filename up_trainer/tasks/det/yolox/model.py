@@ -5,8 +5,8 @@ from torch import nn
 
 from ....errors import ConfigError
 from ....weights import load_fitting, load_weights
-from ..padded_batch import batch_images
-from .assigner import SimOTAAssigner
+from ..box_ops import batch_images
+from ..simota import SimOTAAssigner
 from .backbone import CSPDarknet
 from .head import YoloXHead
 from .layers import check_act

@@ -1,4 +1,4 @@
-"""UP's improved RetinaNet parts (up_trainer.tasks.det.retina_plus) on hand-computed cases, a
+"""UP's improved RetinaNet parts (up_trainer.tasks.det.atss) on hand-computed cases, a
 few training steps on digit scenes, and the native ``atss`` net through the CLI."""
 import math
 
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from up_trainer.cli import main
 from up_trainer.errors import ConfigError
 from up_trainer.registry import MODELS
-from up_trainer.tasks.det.retina_plus import (ATSSAssigner, RetinaPlusPredictor, RetinaSimOTAAssigner, box_coder,
+from up_trainer.tasks.det.atss import (ATSSAssigner, RetinaPlusPredictor, RetinaSimOTAAssigner, box_coder,
                                               flatten_outputs, grid_anchors, quality_focal_loss)
 
 T = torch.tensor
@@ -340,7 +340,7 @@ def test_up_base_multicls_predictor_and_retina_multicls_merger_map():
     pred = net[3]["kwargs"]["cfg"]["roi_predictor"]
     pred["type"], pred["kwargs"]["merger"]["type"] = "base_multicls", "retina_multicls"
     check_up_net(net)  # builds on the meta device
-    from up_trainer.tasks.up_nets.retina_plus_net import _predictor
+    from up_trainer.tasks.up_nets.atss_net import _predictor
     from up_trainer.tasks.up_nets.options import Options
 
     got = _predictor(Options({"roi_predictor": pred}, "cfg", "cfg"))

@@ -1,4 +1,4 @@
-"""UP's improved RetinaNet net lists assembled from :mod:`up_trainer.tasks.det.retina_plus`.
+"""UP's improved RetinaNet net lists assembled from :mod:`up_trainer.tasks.det.atss`.
 
 resnet + ``FPN`` + ``RetinaHeadWithBN`` / ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` +
 ``retina_post`` / ``retina_post_iou`` (with the ``atss`` supervisor, or ``retina_ota`` with
@@ -20,39 +20,23 @@ from ...errors import ConfigError, join_path
 from .det_net import read_fpn
 from .keymap import backbone_rules, fpn_rules, translate
 from .layers import initialize, norm_layer, read_initializer
-from .options import Options, sub_options
+from .options import Options, entry_options, loss_weight, read_num_classes, typed_part
 
 HEADS = {"RetinaHeadWithBN": (True, False), "RetinaHeadWithIOU": (False, True),
          "RetinaHeadWithBNIOU": (True, True)}  # type -> (norm per level, IoU branch)
 POSTS = ("retina_post", "retina_post_iou")
-
-
-def _typed(cfg, key, allowed, what, default=None):
-    kind, kw = sub_options(cfg, key, what, default=default)
-    if kind is None:
-        raise ConfigError(cfg.at(key), f"required by UP's {cfg.what}")
-    if kind not in allowed:
-        raise ConfigError(cfg.at(f"{key}.type"), f"UP {what} {kind!r} is not mapped for the ATSS RetinaNet",
-                          f"supported: {', '.join(allowed)}")
-    return kind, kw
-
-
-def _weight(kw):
-    weight = kw.take("loss_weight", 1.0, types=float)
-    kw.take("reduction", "mean", types=str, only="mean")
-    kw.ignore("name", "a log label")
-    return weight
+FAMILY = "the ATSS RetinaNet"  # in refusals: "UP loss 'x' is not mapped for ..."
 
 
 def _classes(opts, key="num_classes", want=None):
     if want is not None:
         return opts.take(key, want, types=int, only=want, why="the head's num_classes")
-    return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
+    return read_num_classes(opts, key)
 
 
 # -- the head --------------------------------------------------------------------------------
 def read_head(kind, opts, channels, levels):
-    from ..det.retina_plus import RetinaPlusHead
+    from ..det.atss import RetinaPlusHead
 
     per_level, iou = HEADS[kind]
     opts.take("inplanes", channels, types=(int, list), check=lambda v: None if v == channels or (
@@ -86,7 +70,7 @@ def read_head(kind, opts, channels, levels):
 # -- the post-process ------------------------------------------------------------------------
 def _loc_terms(cfg):
     """(giou weight, l1 weight) of ``loc_loss``: iou_loss (giou) or compose_loc_loss of them + l1_loss."""
-    kind, kw = _typed(cfg, "loc_loss", ("iou_loss", "compose_loc_loss"), "loss")
+    kind, kw = typed_part(cfg, "loc_loss", ("iou_loss", "compose_loc_loss"), "loss", family=FAMILY)
     if kind == "iou_loss":
         terms = [(kind, kw)]
     else:
@@ -107,11 +91,11 @@ def _loc_terms(cfg):
     for kind, kw in terms:
         if kind == "iou_loss":
             kw.take("loss_type", "iou", types=str, only="giou", why="the ATSS RetinaNet's box loss is 1 - GIoU")
-            giou += _weight(kw)
+            giou += loss_weight(kw)
         else:
             kw.take("scale_type", "linear", types=str, only="linear")
             kw.take("code_weights", None, only=None)
-            l1 += _weight(kw)
+            l1 += loss_weight(kw)
         kw.done()
     if not giou:
         raise ConfigError(cfg.at("loc_loss"), "needs an iou_loss (giou) term", "add {type: iou_loss, kwargs: "
@@ -120,7 +104,7 @@ def _loc_terms(cfg):
 
 
 def _anchors(cfg):
-    _, kw = _typed(cfg, "anchor_generator", ("hand_craft",), "anchor generator")
+    _, kw = typed_part(cfg, "anchor_generator", ("hand_craft",), "anchor generator", family=FAMILY)
     ratios = kw.take("anchor_ratios", types=list)
     scales = kw.take("anchor_scales", types=list)
     kw.take("anchor_strides", None, only=None, why="the strides are the feature pyramid's")
@@ -129,7 +113,7 @@ def _anchors(cfg):
 
 
 def _predictor(cfg):
-    kind, pred = _typed(cfg, "roi_predictor", ("base", "base_multicls"), "predictor")
+    kind, pred = typed_part(cfg, "roi_predictor", ("base", "base_multicls"), "predictor", family=FAMILY)
     score = pred.take("pre_nms_score_thresh", types=float, check=lambda v: None if 0 <= v <= 1 else "must be in [0, 1]")
     pre = pred.take("pre_nms_top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     post = pred.take("post_nms_top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
@@ -138,7 +122,7 @@ def _predictor(cfg):
     pred.take("nms", None, only=None, why="NMS runs in the merger, over all levels")
     if kind == "base":
         pred.take("share_location", True, only=True)
-    _, merger = _typed(pred, "merger", ("retina", "retina_multicls"), "merger")
+    _, merger = typed_part(pred, "merger", ("retina", "retina_multicls"), "merger", family=FAMILY)
     top = merger.take("top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     nms = merger.take("nms", types=dict)
     if set(nms) - {"type", "nms_iou_thresh"} or nms.get("type", "naive") != "naive" \
@@ -164,24 +148,24 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
     cfg = opts.sub("cfg")
     for key in ("train", "test"):
         cfg.take(key, None, only=None, why="one setting serves training and evaluation")
-    _, qfl = _typed(cfg, "cls_loss", ("quality_focal_loss",), "classification loss")
+    _, qfl = typed_part(cfg, "cls_loss", ("quality_focal_loss",), "classification loss", family=FAMILY)
     beta = qfl.take("gamma", types=float, check=lambda v: None if v >= 0 else "must be >= 0")
     qfl.take("init_prior", 0.01, types=float)  # UP's loss does not read it: the head's init_prior sets the bias
     qfl.take("ignore_index", -1, types=int, only=-1)
     qfl.take("dynamic_normalizer", False, types=bool, only=False, why="QFL is divided by the positive count")
     qfl.take("use_sigmoid", True, types=bool, only=True)
-    cls_weight = _weight(qfl)
+    cls_weight = loss_weight(qfl)
     qfl.done()
     giou, l1 = _loc_terms(cfg)
     iou_weight = 1.0
     if iou_post:
-        _, bce = _typed(cfg, "iou_branch_loss", ("sigmoid_cross_entropy",), "IoU-branch loss")
+        _, bce = typed_part(cfg, "iou_branch_loss", ("sigmoid_cross_entropy",), "IoU-branch loss", family=FAMILY)
         bce.take("ignore_index", -1, types=int, only=-1)
         bce.take("init_prior", 0.5, types=float)  # UP's loss does not read it
-        iou_weight = _weight(bce)
+        iou_weight = loss_weight(bce)
         bce.done()
     ratios, scales = _anchors(cfg)
-    sup_kind, sup = _typed(cfg, "roi_supervisor", ("atss", "retina_ota"), "supervisor")
+    sup_kind, sup = typed_part(cfg, "roi_supervisor", ("atss", "retina_ota"), "supervisor", family=FAMILY)
     top_k, ota = 9, None
     if sup_kind == "atss":
         top_k = sup.take("top_n", 9, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
@@ -208,7 +192,7 @@ def _ota(sup, num_classes, iou_post, type_path):
     _classes(sup, want=num_classes)
     sup.take("use_centerness_score", False, types=bool, only=False, why="centerness scores are not mapped")
     sup.take("norm_on_bbox", False, types=bool, only=False)
-    _, matcher = _typed(sup, "matcher", ("retina_ota",), "matcher")
+    _, matcher = typed_part(sup, "matcher", ("retina_ota",), "matcher", family=FAMILY)
     _classes(matcher, want=num_classes)
     matcher.take("use_SimOTA", True, types=bool, only=True, why="Sinkhorn OTA is not mapped: SimOTA only")
     matcher.take("center_sample", True, types=bool, only=True, why="SimOTA's candidates are centre-sampled")
@@ -221,12 +205,12 @@ def _ota(sup, num_classes, iou_post, type_path):
 
 # -- the model -------------------------------------------------------------------------------
 def build_retina_plus_net(net_cfg, path):
-    from ..det.retina_plus import (RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, RetinaSimOTAAssigner,
+    from ..det.atss import (RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, RetinaSimOTAAssigner,
                                    box_coder)
     from .backbones import build_resnet
     from .det_parts import up_cell_anchors
 
-    opts = [Options(e.get("kwargs"), join_path(join_path(path, i), "kwargs"), e["type"]) for i, e in enumerate(net_cfg)]
+    opts = entry_options(net_cfg, path)
     kind = net_cfg[0]["type"]
     trunk, sync = build_resnet(kind, opts[0])
     if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):

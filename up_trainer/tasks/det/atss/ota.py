@@ -11,7 +11,7 @@ right and down.
 import torch
 from torchvision.ops import box_convert
 
-from ..yolox.assigner import SimOTAAssigner
+from ..simota import SimOTAAssigner
 from .assigner import NEGATIVE
 
 

@@ -1,5 +1,5 @@
 """UP's FCOS, C4 Faster R-CNN, R-FCN and Cascade R-CNN mapped onto torchvision parts
-(up_trainer.tasks.det.rcnn_plus, tasks.up_nets.rcnn_plus_net): the pieces on hand-computed
+(up_trainer.tasks.det.fcos and .rcnn, tasks.up_nets.fcos_net and .rcnn_net): the pieces on hand-computed
 cases, every UP kwarg honoured or refused in one line, and a few training steps on tiny digit
 scenes lowering the loss of each model (resnet18, small channel counts, 64-pixel scenes)."""
 import math
@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from up_trainer.errors import ConfigError
-from up_trainer.tasks.det.rcnn_plus import (FcosCriterion, FcosPostprocess, Scale, centerness_targets,
+from up_trainer.tasks.det.fcos import (FcosCriterion, FcosPostprocess, Scale, centerness_targets,
                                             fcos_points, fcos_targets)
 from up_trainer.tasks.net import build_model
 from up_trainer.tasks.up_nets import check_up_net
@@ -202,7 +202,8 @@ def test_fcos_kwargs_not_honoured_are_named_in_one_line(index, path, value, mess
 def test_sampled_rois_join_the_ground_truth_and_encode_by_stage_weights():
     from torchvision.models.detection._utils import BalancedPositiveNegativeSampler
 
-    from up_trainer.tasks.det.rcnn_plus import box_coder, sample_rois
+    from up_trainer.tasks.det.box_ops import box_coder
+    from up_trainer.tasks.det.rcnn import sample_rois
     from up_trainer.tasks.up_nets.det_parts import UPMatcher
 
     proposals = [torch.tensor([[0.0, 0, 10, 20],     # IoU 0.5 with the box: not above 0.5, not below: ignored
@@ -225,7 +226,7 @@ def test_sampled_rois_join_the_ground_truth_and_encode_by_stage_weights():
 
 
 def test_box_loss_picks_the_target_class_deltas():
-    from up_trainer.tasks.det.rcnn_plus import box_loss, pick_deltas
+    from up_trainer.tasks.det.rcnn import box_loss, pick_deltas
 
     logits = torch.zeros(2, 3)
     deltas = torch.arange(24.0).view(2, 12)  # 3 classes x 4
@@ -302,7 +303,7 @@ def test_c4_kwargs_not_honoured_are_named_in_one_line(index, path, value, messag
 def test_rfcn_pools_each_bin_from_its_own_channel_group():
     """Channel k of the score map holds the constant k: output class c, bin (i, j) reads channel
     c * ps^2 + i * ps + j, and the class logit is the mean over the bins."""
-    from up_trainer.tasks.det.rcnn_plus import RFCNHead
+    from up_trainer.tasks.det.rcnn import RFCNHead
 
     ps, classes = 2, 3
     head = RFCNHead(4, 4, classes, pool_size=ps, stride=1, sampling_ratio=2)
@@ -383,7 +384,8 @@ class FixedNet(torch.nn.Module):
 
 
 def fixed_cascade(nets, thresholds, stds, ensemble=True):
-    from up_trainer.tasks.det.rcnn_plus import BoxStages, box_coder
+    from up_trainer.tasks.det.box_ops import box_coder
+    from up_trainer.tasks.det.rcnn import BoxStages
     from up_trainer.tasks.up_nets.det_parts import UPMatcher
 
     return BoxStages(nets, [UPMatcher(t, t, False) for t in thresholds], [box_coder(s) for s in stds], 64, 0.5,

@@ -5,17 +5,12 @@ from collections import OrderedDict
 
 import torch
 from torch import nn
-from torchvision.models.detection._utils import BoxCoder
 
 from ....weights import load_fitting, load_weights
-from ..padded_batch import batch_images
+from ..box_ops import batch_images
 from .postprocess import flatten_outputs, grid_anchors
 
 
-
-def box_coder():
-    """UP's offsets (dx, dy, dw, dh) with unit weights; sizes clipped at exp(log(1000 / 16))."""
-    return BoxCoder(weights=(1.0, 1.0, 1.0, 1.0))
 
 
 class RetinaPlusModel(nn.Module):

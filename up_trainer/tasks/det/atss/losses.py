@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import generalized_box_iou_loss
 
-from ..yolox.losses import mean_over_processes  # one rule for both: YOLOX normalises the same way
+from ..box_ops import mean_over_processes, paired_iou
 from .assigner import ATSSAssigner
 
 LOSS_KEYS = ("loss_cls", "loss_loc", "loss_iou")
@@ -36,16 +36,6 @@ def quality_focal_loss(logits, labels, quality, beta=2.0):
     target[pos, labels[pos] - 1] = quality[pos].to(logits.dtype)
     modulator = (target - logits.sigmoid()).abs().pow(beta)
     return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
-
-
-def paired_iou(a, b):
-    """IoU of a[i] with b[i]."""
-    if a.shape[0] == 0:
-        return a.new_zeros(0)
-    lt, rb = torch.max(a[:, :2], b[:, :2]), torch.min(a[:, 2:], b[:, 2:])
-    inter = (rb - lt).clamp(min=0).prod(dim=1)
-    area = (a[:, 2:] - a[:, :2]).clamp(min=0).prod(dim=1) + (b[:, 2:] - b[:, :2]).clamp(min=0).prod(dim=1)
-    return inter / (area - inter).clamp(min=1e-6)
 
 
 class RetinaPlusCriterion:
@@ -112,4 +102,4 @@ class RetinaPlusCriterion:
         return losses
 
 
-__all__ = ["LOSS_KEYS", "RetinaPlusCriterion", "mean_over_processes", "paired_iou", "quality_focal_loss"]
+__all__ = ["LOSS_KEYS", "RetinaPlusCriterion", "quality_focal_loss"]

@@ -17,7 +17,7 @@ deltas give the boxes; per class: score threshold, NMS, then the ``top_n`` best 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchvision.models.detection._utils import BalancedPositiveNegativeSampler, BoxCoder
+from torchvision.models.detection._utils import BalancedPositiveNegativeSampler
 from torchvision.ops import batched_nms, box_iou, clip_boxes_to_image, remove_small_boxes
 
 
@@ -129,6 +129,3 @@ def _usable(boxes, min_size=1e-3):
     clipped to zero width or height, and its deltas would be infinite."""
     return boxes[remove_small_boxes(boxes, min_size)]
 
-
-def box_coder(stds):
-    return BoxCoder(tuple(1.0 / s for s in stds))

@@ -6,7 +6,7 @@ convs shared across levels and BatchNorm per level, UP's ``base`` / ``base_multi
 :class:`RetinaPlusModel` (see :func:`atss` for every kwarg); UP's net lists (``FPN`` +
 ``RetinaHeadWithBN`` / ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` /
 ``retina_post_iou`` with the ``atss`` supervisor) are mapped onto the same parts
-(:mod:`up_trainer.tasks.up_nets.retina_plus_net`).
+(:mod:`up_trainer.tasks.up_nets.atss_net`).
 """
 from functools import partial
 from typing import List, Optional
@@ -17,8 +17,9 @@ from ....errors import ConfigError
 from ....registry import MODELS
 from .assigner import NEGATIVE, ATSSAssigner
 from .head import RetinaPlusHead
-from .losses import LOSS_KEYS, RetinaPlusCriterion, paired_iou, quality_focal_loss
-from .model import RetinaPlusModel, box_coder
+from ..box_ops import box_coder, paired_iou
+from .losses import LOSS_KEYS, RetinaPlusCriterion, quality_focal_loss
+from .model import RetinaPlusModel
 from .ota import RetinaSimOTAAssigner
 from .postprocess import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
 
