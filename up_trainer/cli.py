@@ -182,6 +182,37 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images
         click.echo(record["int8"]["summary"])
 
 
+@main.command("benchmark", context_settings=_ARGS)
+@config_options
+@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to measure")
+@click.option("--formats", default=None, metavar="A,B,..",
+              help="any of eager, compile, torchscript, pt2, onnx, onnx-int8 (default: eager,pt2,onnx,onnx-int8)")
+@click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True, help="batch size of the images/s column")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="untimed runs first")
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True, help="timed runs (median)")
+@click.option("--calib-images", type=click.IntRange(min=1), default=32, show_default=True,
+              help="onnx-int8: train images its calibration reads")
+@click.option("--no-metric", is_flag=True, help="time only; skip the val-split metric")
+@click.option("--out", "out_dir", default="benchmark", show_default=True,
+              help="directory for the exported files, benchmark.csv and benchmark.json")
+@click.pass_context
+@run_safely
+def benchmark_cmd(ctx, config_path, opts, checkpoint, formats, batch, warmup, repeats, calib_images, no_metric,
+                  out_dir):
+    """Size, speed and val metric of a model in each deployment format: one table, CSV and JSON."""
+    from .export.benchmark import format_table, parse_formats, run_benchmark
+    from .run import setup_logging
+
+    names = parse_formats(formats)
+    config_files = []
+    cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
+    setup_logging(None)
+    info = run_benchmark(cfg, checkpoint, names, out_dir, batch=batch, warmup=warmup, repeats=repeats,
+                         calib_images=calib_images, metric=not no_metric, config_files=config_files)
+    click.echo(format_table(info))
+    click.echo(f"written: {os.path.join(out_dir, 'benchmark.csv')}, {os.path.join(out_dir, 'benchmark.json')}")
+
+
 @main.group("data")
 def data_group():
     """Write built-in data sets to disk, convert a detection set between formats, check one."""

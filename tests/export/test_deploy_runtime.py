@@ -97,3 +97,27 @@ def test_eval_model_mistakes_are_one_line(tmp_path, args, message):
     cfg, _, _ = classifier(tmp_path)
     res = invoke("eval", "--config", cfg, *args, code=2)
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_benchmark_writes_one_table_csv_and_json(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    out = tmp_path / "bench"
+    res = invoke("benchmark", "--config", cfg, "--checkpoint", ckpt, "--formats", "eager,pt2,onnx,onnx-int8",
+                 "--batch", "4", "--warmup", "1", "--repeats", "2", "--calib-images", "4", "--out", str(out))
+    assert "\nmachine: " in res.output and "load average" in res.output
+    info = json.load(open(out / "benchmark.json"))
+    rows = {r["format"]: r for r in info["rows"]}
+    assert list(rows) == ["eager", "pt2", "onnx", "onnx-int8"] and info["machine"]["cores"] >= 1
+    for r in rows.values():
+        assert r["ms_per_image_b1"] > 0 and r["images_per_s"] > 0 and r["metric"] == "top1" and r["batch"] == 4
+    # the same weights give the same top-1 in every fp32 format
+    assert rows["eager"]["value"] == rows["pt2"]["value"] == rows["onnx"]["value"]
+    assert rows["onnx-int8"]["size_mb"] < rows["onnx"]["size_mb"]
+    csv_lines = open(out / "benchmark.csv").read().splitlines()
+    assert csv_lines[0].startswith("format,size_mb,ms_per_image_b1") and len(csv_lines) == 5
+
+
+def test_benchmark_refuses_an_unknown_format(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    res = invoke("benchmark", "--config", cfg, "--checkpoint", ckpt, "--formats", "eager,tensorrt", code=2)
+    assert "--formats" in res.output and "tensorrt" in res.output and len(res.output.strip().splitlines()) == 1
