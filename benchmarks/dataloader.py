@@ -6,6 +6,7 @@ pipeline, without and with the image cache; and the detection demo's training sp
                                     [--pipelines cls det improve yolox] [--no-cache]
     python benchmarks/dataloader.py --e2e [--e2e-images 400] [--e2e-workers 0 2] [--before TREE] [--rounds 3]
     python benchmarks/dataloader.py --settings [--rounds 3]      # persistent workers, prefetch_factor
+    python benchmarks/dataloader.py --epoch2 --pipelines det     # epoch 2 as a run has it, cache on / off
 
 The data are JPEG files written to a temporary directory first: ``cls`` 10 class folders of
 320x256 images, ``det`` a COCO instances file with 640x480 images and 3-8 boxes each.
@@ -25,8 +26,11 @@ The data are JPEG files written to a temporary directory first: ``cls`` 10 class
   keep_ar_resize_max random_size [15, 25] x 32 left_top, custom_to_tensor), batch 8; each image
   decodes 5 (4 mosaic + 1 mixup).
 
-up's batches are converted as the trainer does on the CPU (``batch_to_model``: uint8 to float
-and the normalization in the main process), so both sides deliver float model input.
+up's batches are converted as with ``dataset.normalize_on: device`` (the default on an
+accelerator): the workers send uint8 batches and the main process converts them
+(``batch_to_model``: uint8 to float and the normalization), standing in for the accelerator, so
+both sides deliver float model input. ``--normalize-on workers`` (or ``auto``, what ``up train``
+picks on the machine: workers on a CPU-only one) converts in the workers instead.
 Columns ``ram e1`` / ``ram e2``: up with ``dataset.cache: ram``, the pass that fills the cache
 (epoch 1) and the next one (epoch 2, no decoding); ``e2/up`` is the cache's gain.
 
@@ -34,7 +38,9 @@ Each measurement is one full pass over the data with a fresh DataLoader (its wor
 included, as an epoch without persistent workers has it). The loops of a (pipeline, worker
 count) run interleaved, their order rotating every round; medians over ``--rounds`` rounds. One
 intra-op thread in the main process and in every worker (as torch sets in workers), so worker
-counts compare processes. ``--e2e``: see benchmarks/dataloader_e2e.py.
+counts compare processes. ``--epoch2``: the second epoch of one loader with persistent workers
+(a run's default with workers and more than one epoch), uncached against ``cache: ram``, so
+neither includes worker start-up. ``--e2e``: see benchmarks/dataloader_e2e.py.
 """
 import argparse
 import contextlib
@@ -55,8 +61,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from up_trainer.data.image_cache import install, open_image_cache  # noqa: E402
-from up_trainer.data.loader import LoaderFactory  # noqa: E402
-from up_trainer.data.model_input import convert_batch  # noqa: E402
+from up_trainer.data.loader import LoaderFactory, end_loader_workers  # noqa: E402
+from up_trainer.data.model_input import convert_batch, normalize_on, set_normalize_on  # noqa: E402
 from up_trainer.engine.builder import build_dataset  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -125,9 +131,9 @@ YOLOX_TRANSFORMS = [
 ]
 
 
-def loader_cfg(batch_size, workers):
+def loader_cfg(batch_size, workers, persistent=False):
     return {"batch_size": batch_size, "test_batch_size": None, "num_workers": workers, "pin_memory": False,
-            "persistent_workers": False, "prefetch_factor": None, "drop_last": False}
+            "persistent_workers": persistent and workers > 0, "prefetch_factor": None, "drop_last": False}
 
 
 def up_dataset(task, paths):
@@ -140,14 +146,15 @@ def up_dataset(task, paths):
                                                       "transforms": transforms}}, task)
 
 
-def up_passes(task, paths, workers, cache):
+def up_passes(task, paths, workers, cache, persistent=False):
     """Loaders for epochs 1, 2, ... of one up data set (with ``cache: ram`` its arena is planned
-    here, once, as a run does at start-up)."""
+    here, once, as a run does at start-up; ``persistent``: one loader whose workers serve every
+    epoch, a run's default with workers and more than one epoch)."""
     install(None)
     data = up_dataset(task, paths)
     if cache:
         open_image_cache({"cache": "ram"}, [("dataset.train", data)])
-    factory = LoaderFactory(loader_cfg(32 if task == "cls" else 8, workers), data, None, seed=0)
+    factory = LoaderFactory(loader_cfg(32 if task == "cls" else 8, workers, persistent), data, None, seed=0)
     return lambda epoch: factory.train_loader(epoch)
 
 
@@ -224,6 +231,23 @@ def measure(task, paths, workers, rounds, with_cache):
     return {k: statistics.median(v) for k, v in rates.items() if v}
 
 
+def measure_epoch2(task, paths, workers, rounds):
+    """{loop: [images/s of epoch 2 per round]} as a run has its second epoch: one loader with
+    persistent workers (the default with workers and more than one epoch), without the cache
+    (``up``) and with ``cache: ram`` (``ram``, filled by epoch 1)."""
+    rates = {"up": [], "ram": []}
+    loops = list(rates)
+    for r in range(rounds):
+        for loop in loops[r % 2:] + loops[:r % 2]:
+            epochs = up_passes(task, paths, workers, cache=loop == "ram", persistent=True)
+            one_pass(epochs(1))
+            rates[loop].append(one_pass(epochs(2)))
+            del epochs
+            end_loader_workers()
+            install(None)
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
 def loader_settings(paths, rounds, epochs=3):
     """Seconds for ``epochs`` passes of the cls and det loaders at 2 workers: persistent workers
     off / on (DataLoader's default prefetch_factor 2), and prefetch_factor 4 with them."""
@@ -261,10 +285,15 @@ def main():
     ap.add_argument("--pipelines", nargs="+", default=["cls", "det", "improve", "yolox"],
                     choices=["cls", "det", "improve", "yolox"])
     ap.add_argument("--no-cache", action="store_true", help="skip the cache: ram columns")
+    ap.add_argument("--normalize-on", default="device", choices=["auto", "device", "workers"],
+                    help="dataset.normalize_on of up's loaders (default device: uint8 batches, converted in the "
+                    "main process as a stand-in for the accelerator; auto: what up train picks here)")
     ap.add_argument("--e2e", action="store_true", help="only the detection demo's epoch-2 images/s (dataloader_e2e.py)")
     ap.add_argument("--e2e-images", type=int, default=400, help="training scenes of the end-to-end runs")
     ap.add_argument("--e2e-workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--before", default=None, help="an older checkout of the project: its figure as 'before'")
+    ap.add_argument("--epoch2", action="store_true", help="only the second epoch as a run has it (persistent "
+                    "workers), uncached and with cache: ram")
     ap.add_argument("--settings", action="store_true", help="only the loader settings: persistent workers, "
                     "prefetch_factor (cls and det, 2 workers)")
     args = ap.parse_args()
@@ -273,6 +302,7 @@ def main():
 
         return run_e2e(args.e2e_images, args.e2e_workers, args.before, args.rounds)
     torch.set_num_threads(1)
+    set_normalize_on(args.normalize_on, "cuda" if torch.cuda.is_available() else "cpu")
     import logging
 
     logging.getLogger("up").setLevel(logging.WARNING)
@@ -282,8 +312,20 @@ def main():
                  "det": write_det(os.path.join(tmp, "det"), args.det_images, rng)}
         if args.settings:
             return loader_settings(paths, args.rounds)
+        if args.epoch2:
+            print(f"epoch 2 with persistent workers, load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, "
+                  f"normalize_on {normalize_on()}; images/s (median)")
+            print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(("pipeline", "workers", "up e2",
+                                                                                "ram e2", "ram/up"))))
+            for task in args.pipelines:
+                for workers in args.workers:
+                    m = measure_epoch2(task, paths, workers, args.rounds)
+                    row = [task, str(workers), f"{m['up']:.1f}", f"{m['ram']:.1f}", f"{m['ram'] / m['up']:.2f}"]
+                    print("".join(f"{c:>9}" if i else f"{c:<9}" for i, c in enumerate(row)), flush=True)
+            return print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-              f"{args.rounds} rounds; images/s (median), one pass per measurement with worker start-up")
+              f"{args.rounds} rounds, normalize_on {normalize_on()}; images/s (median), one pass per measurement "
+              "with worker start-up")
         head = ("pipeline", "workers", "bare", "up", "up/bare", "ram e1", "ram e2", "e2/up", "e2/bare")
         print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(head)))
         for task in args.pipelines:
