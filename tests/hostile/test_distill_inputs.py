@@ -134,3 +134,37 @@ def test_teacher_weight_files_that_cannot_teach_are_one_line(tmp_path):
 
     torch.save(dist_plugin.TestMLP(hidden=9).state_dict(), wrong_shape)
     assert "shaped differently" in one_line(train_with_weight(tmp_path, wrong_shape))
+
+
+def test_an_empty_distill_section_is_refused_not_ignored(tmp_path):
+    res = invoke(["config", "--config", write_cfg(tmp_path / "c.yaml", tiny_cfg(distill={}))])
+    assert one_line(res).startswith("up: error: distill.teachers: expected a non-empty list")
+
+
+
+class SpareMLP(torch.nn.Module):
+    """dist_mlp with a layer its forward never calls."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, small_input: bool = False):
+        super().__init__()
+        import dist_plugin
+
+        self.net = dist_plugin.TestMLP(hidden=8, num_classes=num_classes)
+        self.spare = torch.nn.Linear(8, 10)
+
+    def forward(self, batch):
+        return self.net(batch)
+
+
+def test_a_module_off_the_forward_path_is_one_line(tmp_path):
+    from up_trainer.registry import MODELS
+
+    if "distill_spare_mlp" not in MODELS:
+        MODELS.register("distill_spare_mlp")(SpareMLP)
+    cfg = tiny_cfg(runtime={"seed": 3, "imports": ["dist_plugin"]}, trainer={"max_epoch": 1},
+                   net={"type": "distill_spare_mlp"},
+                   distill=section(job={"student": ["spare"], "teachers": {"teacher": ["fc2"]}}))
+    res = invoke(["train", "--config", write_cfg(tmp_path / "kd.yaml", cfg), "--work-dir", tmp_path / "run"])
+    assert one_line(res) == ("up: error: distill.mimic[0].student: the student module spare did not run in its "
+                             "forward (name a module on the forward path (not a loss or post-process part, nor a "
+                             "BatchNorm under runtime.sync_bn))")

@@ -157,6 +157,7 @@ class Distiller:
         for job in self.spec.jobs:
             loss_fn = self.losses[job.name]
             for tname, tnames in job.teachers.items():
+                self._check_captured(job, tname)
                 feats_s = []
                 for i, name in enumerate(job.student):
                     key = _adapter_key(job.name, tname, i)
@@ -169,6 +170,18 @@ class Distiller:
                 loss = loss_fn(feats_s, feats_t) / len(feats_s)  # UP's base mimicker: mean over the pairs
                 out[f"mimic.{job.name}.{tname}.loss"] = loss * self._weight(job)
         return out
+
+    def _check_captured(self, job, tname):
+        """Every named module ran in this forward (a module off the forward path, or one
+        replaced after it was hooked, such as a BatchNorm by sync_bn, gives nothing)."""
+        for side, names, store, where in (("student", job.student, self._student_out, "student"),
+                                          (f"teacher {tname}", job.teachers[tname], self._teacher_out[tname],
+                                           f"teachers.{tname}")):
+            for name in names:
+                if name not in store:
+                    raise ConfigError(join_path(job.path, where), f"the {side} module {name} did not run in its "
+                                      "forward", "name a module on the forward path (not a loss or "
+                                      "post-process part, nor a BatchNorm under runtime.sync_bn)")
 
     def _check_shapes(self, job, tname, feats_s, feats_t):
         """Outputs compared element by element must agree in shape (the adapter fixes channels

@@ -145,7 +145,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         special_bn_init(model)
     model = prepare_model(model.to(device), rt)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
-    if with_optim and train_set is not None and cfg.get("distill"):  # teachers hook the bare student (distill/)
+    if with_optim and train_set is not None and cfg.get("distill") is not None:  # teachers hook the bare student (distill/)
         from ..distill import attach_distillation
 
         hooks.add(attach_distillation(cfg, model, device, batch_memory_format(rt),

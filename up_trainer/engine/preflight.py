@@ -71,7 +71,7 @@ def check_net_and_optimization(cfg):
         model = build_model(cfg["net"])
     if cfg["runtime"].get("special_bn_init"):
         special_bn_init(model)
-    if cfg.get("distill"):  # teachers on the meta device, every mimic module path resolved
+    if cfg.get("distill") is not None:  # teachers on the meta device, every mimic module path resolved
         from ..distill import check_distill
 
         check_distill(cfg, model)
