@@ -32,7 +32,7 @@ COLUMNS = ("format", "size_mb", "ms_per_image_b1", "images_per_s", "batch", "met
 
 
 def parse_formats(text):
-    names = [f.strip() for f in text.split(",") if f.strip()] if text else list(DEFAULT_FORMATS)
+    names = list(DEFAULT_FORMATS) if text is None else [f.strip() for f in text.split(",") if f.strip()]
     bad = [f for f in names if f not in FORMATS]
     if bad or not names:
         raise ConfigError("--formats", f"{', '.join(bad) or 'nothing'} not among {', '.join(FORMATS)}")

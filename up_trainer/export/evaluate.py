@@ -2,6 +2,7 @@
 evaluator, the exported file in the model's place (:class:`.runtime.ExportedModel`)."""
 import logging
 import os
+import stat
 
 from ..errors import ConfigError
 
@@ -15,8 +16,13 @@ def load_exported(path, threads=None):
     suffix = os.path.splitext(path)[1]
     if suffix not in RUNTIME_FORMATS:
         raise ConfigError("--model", f"{path}: not an exported model (suffixes: {', '.join(RUNTIME_FORMATS)})")
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigError("--model", f"{path}: no such file")
+    from ..paths import kind_of
+
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise ConfigError("--model", f"{path} is {kind_of(mode)}, not a regular file")
     return ExportedModel(path, threads=threads)
 
 

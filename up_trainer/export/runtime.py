@@ -25,7 +25,18 @@ RUNTIME_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript"}
 
 
 def file_runner(path, fmt, threads=None):
-    """(callable: input tensors -> list of output tensors) for an exported file."""
+    """(callable: input tensors -> list of output tensors) for an exported file; a file its
+    runtime cannot read is one line naming it."""
+    try:
+        return _file_runner(path, fmt, threads)
+    except ConfigError:
+        raise
+    except Exception as exc:  # onnxruntime, torch.export and torch.jit each raise their own types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError("--model", f"{path}: {fmt} cannot load it ({first[:200]})") from None
+
+
+def _file_runner(path, fmt, threads):
     if fmt == "onnx":
         from .verify import onnx_runner
 
@@ -56,16 +67,17 @@ class ExportedModel:
     def __init__(self, path, record=None, threads=None):
         if record is None:
             meta = path + ".json"
-            if not os.path.isfile(meta):
-                raise ConfigError("--model", f"{meta} is missing: an exported model is read with the record "
-                                  "up export writes beside it")
+            if not os.path.isfile(meta):  # missing, or a FIFO / device that would block its reader
+                raise ConfigError("--model", f"{meta} is missing or not a regular file: an exported model is "
+                                  "read with the record up export writes beside it")
             try:
                 with open(meta, encoding="utf-8") as f:
                     record = json.load(f)
             except (OSError, ValueError) as exc:
                 raise ConfigError("--model", f"{meta} is not a readable export record ({exc})") from None
-        if not isinstance(record, dict) or "format" not in record or "task" not in record:
-            raise ConfigError("--model", f"{path}.json is not an up export record (no format / task)")
+        if (not isinstance(record, dict) or record.get("format") not in ("onnx", "pt2", "torchscript")
+                or record.get("task") not in ("cls", "det") or not isinstance(record.get("input"), dict)):
+            raise ConfigError("--model", f"{path}.json is not an up export record (format, task, input)")
         self.path, self.record = path, record
         self.task, self.format = record["task"], record["format"]
         self.kind = record.get("kind")
