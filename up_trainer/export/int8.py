@@ -80,6 +80,9 @@ def quantize_file(src, dst, names, feeds):
             feed = next(self.it, None)
             return None if feed is None else {n: x.numpy() for n, x in zip(names, feed)}
 
+    root = logging.getLogger()
+    quiet = _DropAdvice()
+    root.addFilter(quiet)  # onnxruntime logs advice about its optional pre-processing step on the root logger
     try:
         quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
@@ -89,6 +92,14 @@ def quantize_file(src, dst, names, feeds):
                     str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
         return "dynamic"
+    finally:
+        root.removeFilter(quiet)
+
+
+class _DropAdvice(logging.Filter):
+    def filter(self, record):
+        return "pre-processing before quantization" not in record.getMessage() and \
+            "run pre-processing before quantization" not in record.getMessage()
 
 
 def primary_metric(trainer, metrics):
