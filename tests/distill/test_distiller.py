@@ -78,3 +78,20 @@ def test_evaluation_forwards_and_task_loss_false():
         assert set(student(b)) == {"logits", "loss"}  # no gradients: not a training step
     out = student(b)
     assert not out["loss"].requires_grad and out["mimic.feat.t.loss"].requires_grad
+
+
+def test_a_3x3_adapter_on_n_by_c_outputs_is_one_line():
+    import pytest
+
+    from up_trainer.errors import ConfigError
+
+    torch.manual_seed(1)
+    student, teacher = Net(4), Net(6)
+    spec = read_spec({"teachers": [{"name": "t", "net": {"type": "unused"}}],
+                      "mimic": [{"student": ["conv", "fc"], "teachers": {"t": ["conv", "fc"]},
+                                 "adapter": {"kernel_size": 3, "channels": [[4, 6], [10, 12]]}}]})
+    student.add_module(ADAPTERS, nn.ModuleDict(build_adapters(spec, student, {"t": teacher})))
+    Distiller(spec, student, {"t": teacher.eval()})
+    with pytest.raises(ConfigError, match=r"^distill.mimic\[0\].adapter.kernel_size: a 3x3 adapter needs N x C x H "
+                                          r"x W outputs; fc gives \(4, 10\)"):
+        student(batch())

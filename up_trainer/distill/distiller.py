@@ -35,13 +35,10 @@ class Adapter(nn.Module):
     def __init__(self, cin, cout, kernel_size=1, with_relu=False):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, kernel_size, padding=kernel_size // 2)
-        self.linear_ok = kernel_size == 1
         self.relu = with_relu
 
     def forward(self, x):
-        if x.dim() == 2:
-            if not self.linear_ok:
-                raise ValueError("a 3x3 adapter needs N x C x H x W outputs")
+        if x.dim() == 2:  # a 1x1 conv over channels is this linear map (kernel_size 1 only: checked by the caller)
             y = nn.functional.linear(x, self.conv.weight.flatten(1), self.conv.bias)
         else:
             y = self.conv(x)
@@ -163,6 +160,11 @@ class Distiller:
                     key = _adapter_key(job.name, tname, i)
                     feat = self._student_out[name]
                     if adapters is not None and key in adapters:
+                        if feat.dim() != 4 and job.adapter["kernel_size"] != 1:
+                            raise ConfigError(join_path(join_path(job.path, "adapter"), "kernel_size"),
+                                              f"a {job.adapter['kernel_size']}x{job.adapter['kernel_size']} adapter "
+                                              f"needs N x C x H x W outputs; {name} gives {tuple(feat.shape)}",
+                                              "kernel_size: 1")
                         feat = adapters[key](feat)
                     feats_s.append(feat)
                 feats_t = [self._teacher_out[tname][name] for name in tnames]
