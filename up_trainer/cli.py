@@ -10,6 +10,23 @@ from .click_errors import OneLineErrorGroup
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 
 
+def tta_options(fn):
+    fn = click.option("--tta-no-flip", "tta_no_flip", is_flag=True, help="--tta without the left-right flip")(fn)
+    fn = click.option("--tta-scales", default="1", show_default=True, metavar="S,S,..",
+                      help="--tta: image scale factors (views)")(fn)
+    fn = click.option("--tta", is_flag=True, help="test-time augmentation: every scale, each also flipped "
+                                                  "left-right; probabilities averaged / boxes merged by NMS")(fn)
+    return fn
+
+
+def _tta(tta, scales, no_flip):
+    if not tta:
+        return None
+    from .tta import parse_scales
+
+    return {"scales": parse_scales(scales), "flip": not no_flip}
+
+
 def config_options(fn):
     fn = click.option("--opts", "opts", multiple=True, metavar="KEY=VALUE",
                       help="override config values: dotted paths, list indexes, hooks by type "
@@ -89,21 +106,24 @@ def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, po
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--no-ema", is_flag=True, help="evaluate the raw weights even when EMA weights are saved")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
+@tta_options
 @click.pass_context
 @run_safely
-def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, device):
+def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, device, tta, tta_scales, tta_no_flip):
     """Evaluate a checkpoint (or an exported model): metrics printed and written as JSON to results_dir."""
     from .run import run_eval
 
     config_files = []
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
+    tta = _tta(tta, tta_scales, tta_no_flip)
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     if model_path:
         from .export.evaluate import run_eval_model
 
-        run_eval_model(cfg, model_path, work_dir=work_dir, config_files=config_files)
+        run_eval_model(cfg, model_path, work_dir=work_dir, config_files=config_files, tta=tta)
         return
-    run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device, config_files=config_files)
+    run_eval(cfg, checkpoint, work_dir=work_dir, use_ema=not no_ema, device=device, config_files=config_files,
+             tta=tta)
 
 
 @main.command("predict", context_settings=_ARGS)
@@ -117,19 +137,22 @@ def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, d
 @click.option("--score-thr", type=float, default=0.3, show_default=True, help="detection: lowest score drawn/written")
 @click.option("--no-ema", is_flag=True, help="use the raw weights even when EMA weights are saved")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None)
+@tta_options
 @click.pass_context
 @run_safely
-def predict_cmd(ctx, config_path, opts, checkpoint, model_path, input_path, out_dir, score_thr, no_ema, device):
+def predict_cmd(ctx, config_path, opts, checkpoint, model_path, input_path, out_dir, score_thr, no_ema, device, tta,
+                tta_scales, tta_no_flip):
     """Predict images: predictions.jsonl plus a PNG per image with boxes (or the class) drawn."""
     from .predict import predict
     from .run import setup_logging
 
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
+    tta = _tta(tta, tta_scales, tta_no_flip)
     config_files = []
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)
     predict(cfg, checkpoint, input_path, out_dir, score_thr=score_thr, device=device, use_ema=not no_ema,
-            config_files=config_files)
+            config_files=config_files, tta=tta)
 
 
 def _checkpoint_or_model(checkpoint, model_path):

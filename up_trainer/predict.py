@@ -121,7 +121,7 @@ class Predictor:
     ``up predict`` runs per file, and what the Python API runs on paths, PIL images and
     tensors. Sets ``runtime.max_image_pixels`` for the files it decodes."""
 
-    def __init__(self, cfg, checkpoint, device="cpu", use_ema=True):
+    def __init__(self, cfg, checkpoint, device="cpu", use_ema=True, tta=None):
         from .data.readers import set_max_image_pixels
         from .engine.builder import pick_device
 
@@ -135,8 +135,12 @@ class Predictor:
             check_matches(cfg, self.model)
         else:
             self.model = load_model(cfg, checkpoint, self.device, use_ema)
+        if tta:  # {"scales": [...], "flip": bool} (tta.py)
+            from .tta import with_tta
+
+            self.model = with_tta(self.model, **tta)
         ds = test_dataset(cfg)
-        self.classes = _class_names(ds, self.model)
+        self.classes = _class_names(ds, getattr(self.model, "model", self.model))
         self.preprocessing = _preprocessing(ds)
         # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
         self.is_det = hasattr(self.model, "detector") or getattr(self.model, "kind", None) in (
@@ -235,14 +239,14 @@ def is_exported(path):
     return isinstance(path, str) and os.path.splitext(path)[1] in (".onnx", ".pt2")
 
 
-def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True, config_files=()):
+def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_ema=True, config_files=(), tta=None):
     """Predict every input image; returns the list of JSON records written. ``out_dir`` is
     checked by the output guard (paths.py) first: it may hold none of the inputs (images,
     checkpoint, ``config_files``)."""
     check_score_thr(score_thr)
     files = list_inputs(inputs)
     guard_output_dir(out_dir, "--out", inputs=[*files, checkpoint, *config_files])
-    predictor = Predictor(cfg, checkpoint, device, use_ema)
+    predictor = Predictor(cfg, checkpoint, device, use_ema, tta)
     os.makedirs(out_dir, exist_ok=True)
     records = []
     with open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:

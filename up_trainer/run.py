@@ -241,7 +241,7 @@ def write_eval_results(trainer, metrics, echo=True):
     log.info("results written to %s", trainer.results_dir)
 
 
-def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=()):
+def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=(), tta=None):
     from .engine.builder import build_trainer, resolve_path
     from .engine.checkpoint import load_checkpoint
     from .engine.checkpoint_fit import load_fitting_weights
@@ -264,6 +264,12 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
         weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
     load_fitting_weights(trainer.module, weights, checkpoint)
     require_evaluator(trainer)
+    if tta:  # {"scales": [...], "flip": bool}: the evaluated model sees every view (tta.py)
+        from .tta import with_tta
+
+        trainer.model = with_tta(trainer.module, **tta)
+        log.info("test-time augmentation: %d views (scales %s, flip %s)", len(trainer.model.views),
+                 tta["scales"], tta["flip"])
     metrics = trainer.evaluate()
     write_eval_results(trainer, metrics)
     if "eval_insight" in {h.get("type") for h in cfg.get("hooks") or []}:  # the hooks are off here

@@ -58,7 +58,7 @@ def evaluate_exported(cfg, model, trainer=None, work_dir=None):
         trainer.model = kept
 
 
-def run_eval_model(cfg, path, *, work_dir=None, config_files=()):
+def run_eval_model(cfg, path, *, work_dir=None, config_files=(), tta=None):
     """``up eval --model FILE``: metrics printed and written as ``up eval`` writes them."""
     from ..engine.builder import resolve_path
     from ..paths import guard_output_dir
@@ -71,6 +71,10 @@ def run_eval_model(cfg, path, *, work_dir=None, config_files=()):
     model = load_exported(path, threads=cfg["runtime"].get("num_threads") or None)
     check_matches(cfg, model)
     log.info("evaluating the exported %s file %s", model.format, path)
+    if tta:
+        from ..tta import with_tta
+
+        model = with_tta(model, **tta)
     metrics, trainer = evaluate_exported(cfg, model, work_dir=work_dir)
     write_eval_results(trainer, metrics)
     return metrics
