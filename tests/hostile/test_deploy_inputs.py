@@ -102,3 +102,10 @@ def test_benchmark_formats_are_checked(exported, formats):
     res = invoke(["benchmark", "--config", str(exported / "cls.yaml"), "--checkpoint", str(exported / "cls.pth"),
                   "--formats", formats, "--out", str(exported / "bench")])
     assert_one_line(res, "--formats")
+
+
+@pytest.mark.parametrize("scales", ["x", "0", "1,,9", ""])
+def test_tta_scales_are_checked(exported, scales):
+    res = invoke(["eval", "--config", str(exported / "cls.yaml"), "--model", str(exported / "cls.onnx"), "--tta",
+                  "--tta-scales", scales])
+    assert_one_line(res, "--tta-scales")
