@@ -50,7 +50,7 @@ def process_state():
     """Everything an API call must leave as it found it, comparable with ==."""
     up = logging.getLogger("up")
     return {
-        "threads": sorted(t.name for t in threading.enumerate()),
+        "threads": sorted(f"{t.name} {t.ident}" for t in threading.enumerate()),
         "children": sorted(p.pid for p in multiprocessing.active_children()),
         "fds": open_files(),
         "up_logger": (list(up.handlers), up.level, up.propagate),
@@ -70,5 +70,21 @@ def process_state():
     }
 
 
+# What a call may only add to (a leak); something of an earlier test that ends meanwhile (a
+# thread finishing, a file closed by the garbage collector) is no change made by the call.
+ADDED_ONLY = ("threads", "children", "fds")
+
+
 def changed(before, after):
-    return sorted(k for k in before if before[k] != after[k])
+    """The items of process_state() the call changed: for threads, child processes and open
+    files, those it left behind."""
+    out = []
+    for key in before:
+        if key in ADDED_ONLY and before[key] is not None:
+            new = set(after[key].items() if isinstance(after[key], dict) else after[key])
+            old = set(before[key].items() if isinstance(before[key], dict) else before[key])
+            if new - old:
+                out.append(key)
+        elif before[key] != after[key]:
+            out.append(key)
+    return sorted(out)

@@ -106,7 +106,9 @@ def test_nothing_is_left_behind(tmp_path):
     result = up_trainer.train(cfg, work_dir=tmp_path / "ok", hooks=[Probe()])
     assert seen == {"threads": 1, "deterministic": True}, "the run itself ran under the config's settings"
     assert result.interrupted is None
-    assert changed(before, process_state()) == []
+    after = process_state()
+    assert changed(before, after) == [], {k: (before[k], after[k]) for k in changed(before, after)}
+    assert after["fds"] is None or len(after["fds"]) <= len(before["fds"])
     bad = fast_cfg(dataset={"train": {"type": "image_folder", "kwargs": {"root": str(tmp_path / "nothing")}}})
     with pytest.raises(up_trainer.UserError):
         up_trainer.train(bad, work_dir=tmp_path / "bad")

@@ -9,12 +9,15 @@ the engine learns to change later is caught by the tests that compare before and
 (tests/api/test_api_train.py), not by a user.
 """
 import contextlib
+import gc
 import logging
 import os
 import random
 import signal
+import threading
 
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG",)  # set by runtime.deterministic
+FEEDER_JOIN_S = 5.0  # a closed queue's feeder flushes what it holds and ends at once
 
 
 def _catchable_signals():
@@ -57,6 +60,7 @@ class _Snapshot:
         self.env = {k: os.environ.get(k) for k in _ENV_KEYS}
         self.pil_pixels = Image.MAX_IMAGE_PIXELS
         self.ours = (normalize_on(), _max_pixels)
+        self.thread_ids = {t.ident for t in threading.enumerate()}
 
     def restore(self):
         import numpy as np
@@ -66,7 +70,9 @@ class _Snapshot:
         from ..data import image_cache, model_input, readers
         from ..data.loader import end_loader_workers
 
+        gc.collect()  # loader iterators the run dropped shut their workers down when collected
         end_loader_workers()  # persistent workers, and any an interrupted iterator left
+        self._join_queue_feeders()
         image_cache.install(None)  # closes the run's cache (its arena, its files)
         self._restore_logger()
         self._restore_signals()
@@ -91,6 +97,13 @@ class _Snapshot:
                 os.environ[key] = value
         Image.MAX_IMAGE_PIXELS = self.pil_pixels
         model_input._normalize_on, readers._max_pixels = self.ours
+
+    def _join_queue_feeders(self):
+        """The threads that fed the workers' queues end once their queue is closed (the workers
+        are gone by now); waiting for them leaves no thread and no pipe behind."""
+        for thread in threading.enumerate():
+            if thread.ident not in self.thread_ids and thread.name == "QueueFeederThread":
+                thread.join(timeout=FEEDER_JOIN_S)
 
     def _restore_logger(self):
         logger = logging.getLogger("up")
