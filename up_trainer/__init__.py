@@ -31,7 +31,10 @@ class _Package(types.ModuleType):
     attribute of the same name when it is first imported, which would hide the function from
     then on; this package keeps those names for the API. The modules stay importable as
     always (``from up_trainer.predict import Predictor``, ``from up_trainer.export import
-    export_model``): those imports read ``sys.modules``, not this attribute."""
+    export_model``): those imports read ``sys.modules``, not this attribute. Only the forms
+    that read the attribute (``import up_trainer.predict as m``, a dotted string such as
+    ``"up_trainer.predict.Predictor"`` given to a patcher) see the function; use
+    ``sys.modules["up_trainer.predict"]`` or a ``from`` import there."""
 
     def __setattr__(self, name, value):
         if name in _API_NAMES and isinstance(value, types.ModuleType):

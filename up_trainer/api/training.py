@@ -76,7 +76,7 @@ def train(config, *, work_dir=None, resume=None, device=None, hooks=(), opts=(),
     interrupted = None
     with left_as_found():
         try:
-            run_train(cfg.to_dict(), config_path=cfg.source, work_dir=_dir_arg(work_dir, "work_dir"),
+            run_train(cfg.to_dict(), config_path=cfg.source, work_dir=_path_arg(work_dir, "work_dir"),
                       resume=_path_arg(resume, "resume"), device=checked_device(device), config_files=cfg.files,
                       handle_signals=bool(handle_signals), on_built=on_built)
         except TrainingInterrupted as exc:
@@ -98,7 +98,7 @@ def evaluate(config, checkpoint, *, work_dir=None, device=None, use_ema=True, op
     cfg = as_config(config, opts)
     with left_as_found():
         return run_eval(cfg.to_dict(), _path_arg(checkpoint, "checkpoint", required=True),
-                        work_dir=_dir_arg(work_dir, "work_dir"), use_ema=bool(use_ema), device=checked_device(device),
+                        work_dir=_path_arg(work_dir, "work_dir"), use_ema=bool(use_ema), device=checked_device(device),
                         config_files=cfg.files)
 
 
@@ -113,7 +113,7 @@ def build_trainer(config, *, work_dir=None, device=None, with_optim=True, hooks=
 
     cfg = as_config(config, opts)
     extra = checked_hooks(hooks)
-    trainer = build(cfg.to_dict(), work_dir=_dir_arg(work_dir, "work_dir"), device=checked_device(device),
+    trainer = build(cfg.to_dict(), work_dir=_path_arg(work_dir, "work_dir"), device=checked_device(device),
                     with_optim=bool(with_optim))
     trainer.handle_signals = False
     for hook in extra:
@@ -160,10 +160,6 @@ def _path_arg(value, name, required=False):
     if isinstance(path, bytes) or "\0" in path:
         raise ConfigError(name, f"expected a file path, got {short_repr(value)}")
     return path
-
-
-def _dir_arg(value, name):
-    return _path_arg(value, name)
 
 
 # -- after the run ----------------------------------------------------------------------------------
