@@ -45,3 +45,24 @@ def test_teacher_from_a_bare_torchvision_state_dict_and_bn_mode_train(tmp_path):
     teacher = built(tmp_path / "torchvision.pth", bn_mode="train")
     assert_same(teacher, ref)
     assert teacher.training and not any(p.requires_grad for p in teacher.parameters())
+
+
+def test_teacher_from_a_up_named_checkpoint(tmp_path):
+    """UP's own names (resnet's layer0.0 / layer0.1 stem) load through the UP net's name map."""
+    up_net = [{"name": "backbone", "type": "resnet18", "kwargs": {"out_layers": [4], "out_strides": [32]}},
+              {"name": "head", "type": "base_cls_head", "kwargs": {"num_classes": 10, "in_plane": 512}},
+              {"name": "post_process", "type": "base_cls_postprocess",
+               "kwargs": {"cls_loss": {"type": "ce"}}}]
+    from up_trainer.tasks.net import build_model
+
+    torch.manual_seed(5)
+    ref = build_model(up_net)
+    up_names = {k.replace("backbone.conv1.", "backbone.layer0.0.").replace("backbone.bn1.", "backbone.layer0.1."): v
+                for k, v in ref.state_dict().items()}
+    assert any(k.startswith("backbone.layer0.0.") for k in up_names)
+    torch.save({"model": up_names}, tmp_path / "up.pth")
+    spec = read_spec({"teachers": [{"name": "t", "net": up_net, "weight": "up.pth"}],
+                      "mimic": [{"student": ["head.classifier"], "teachers": {"t": ["head.classifier"]}}]}).teachers[0]
+    teacher = build_teacher(spec, device=torch.device("cpu"), dtype=torch.float32, memory_format=None,
+                            weight_path=str(tmp_path / "up.pth"))
+    assert_same(teacher, ref)
