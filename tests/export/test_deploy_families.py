@@ -77,3 +77,27 @@ def test_every_dense_family_exports_in_both_forms_and_pt2(tmp_path, name):
         assert detections_error(got, want) <= 1e-4, (fmt, form)
     e2e = json.load(open(str(tmp_path / f"{name}.onnx.json")))
     assert e2e["outputs"] == ["num_detections", "boxes", "scores", "labels"] and e2e["post_processing"] == "included"
+
+
+def test_a_small_yolox_end_to_end_onnx_runs_as_the_model(tmp_path):
+    """The default suite's check of the end-to-end path (the slow test above covers every family)."""
+    from up_trainer.export import export_model
+    from up_trainer.export.runtime import ExportedModel
+    from up_trainer.export.verify import detections_error
+
+    NETS["small_yolox"] = {"type": "yolox", "kwargs": {"num_classes": 3, "size": "nano", "width": 0.125,
+                                                       "score_thresh": 0.1, "detections_per_img": 300}}
+    try:
+        cfg, ckpt, model = make_detector(tmp_path, "small_yolox")
+    finally:
+        del NETS["small_yolox"]
+    out = str(tmp_path / "y.onnx")
+    record = export_model(resolve_config(cfg), ckpt, "onnx", out, form="end2end", input_size="3,64,64")
+    assert record["max_error"] <= 1e-4 and record["verified_batches"] == [1, 3]
+    images = scenes(3)
+    images[1] = images[1][:, :40, :56].contiguous()  # another size in the same batch: padded, clipped
+    with torch.no_grad():
+        want = model({"image": images})["detections"]
+    got = ExportedModel(out)({"image": images})["detections"]
+    assert sum(len(d["boxes"]) for d in want) > 3 and detections_error(got, want) <= 1e-4
+    assert all((d["boxes"][:, 2] <= 56).all() for d in got[1:2])  # clipped to the smaller image

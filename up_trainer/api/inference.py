@@ -44,8 +44,9 @@ def predict(config, checkpoint, images, *, device=None, use_ema=True, score_thr=
 
 
 def export(config, checkpoint, format, out=None, *, input_size=None, use_ema=True, tolerance=1e-4, opset=17,
-           opts=()):
-    """``up export``: the model as ONNX or TorchScript (``format``), verified against PyTorch;
+           opts=(), form="raw"):
+    """``up export``: the model as ONNX, pt2 or TorchScript (``format``; detectors in the ``raw``
+    or, for ONNX, ``end2end`` ``form``), verified against PyTorch;
     writes ``out`` (default: the checkpoint's name with .onnx / .pt) and ``out.json``, and
     returns that JSON record (file, inputs, outputs, weights, measured error). A verification
     beyond ``tolerance`` raises ``ExportMismatch``, the file kept for inspection."""
@@ -59,7 +60,7 @@ def export(config, checkpoint, format, out=None, *, input_size=None, use_ema=Tru
         input_size = ",".join(str(v) for v in input_size)
     with left_as_found():
         return export_model(cfg.to_dict(), checkpoint, format, out, input_size=input_size, use_ema=bool(use_ema),
-                            tolerance=tolerance, opset=opset, config_files=cfg.files)
+                            tolerance=tolerance, opset=opset, config_files=cfg.files, form=form)
 
 
 def _checkpoint_path(checkpoint):
