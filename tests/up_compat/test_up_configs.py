@@ -3,7 +3,7 @@
 - The families this project maps (cls: resnet, mobilenetv2, mobilenetv3, regnet, swin,
   vision_transformer; det: retinanet-r50_1x*, faster_rcnn_r50_fpn_1x, faster_rcnn_r50_C4_1x, rfcn,
   cascade-rcnn-R50-FPN-1x, yolox, fcos-R50-1x, retinanet-r18-improve, its cos_iou and ota variants,
-  retinanet-r18_mosiac_cos_ema_iou) pass ``up config`` unchanged, and ``up train --dry-run`` with
+  retinanet-r18_mosiac_cos_ema_iou, the yolox_*_ret_a*_comloc* files) pass ``up config`` unchanged, and ``up train --dry-run`` with
   only data paths, image size and batch size changed by ``--opts``, on tiny generated data: a UP
   ``cls`` meta file + digit images, and a small COCO set of digit scenes (the improve files' crop
   ``scale`` and ``fix_output_resize`` output [h, w] are image sizes too). The image size of a
@@ -47,7 +47,8 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/retinanet/retinanet-r18-improve_cos_iou.yaml",
                     "det/retinanet/retinanet-r18-improve_ota.yaml",
                     "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
-                    "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml")
+                    "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
+                    "det/retinanet/yolox_*_ret_a*_comloc*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (docs/up/, Coming from
@@ -77,6 +78,9 @@ BIG = {f"cls/swin/swin_transformer_{name}.yaml" for name in ("base_224", "large_
 # Cascade R-CNN three 12544 x 1024 FC stages and their RoIAlign backward on 2 x 512 RoIs: 10-50 s a
 # step on 2 busy cores. tests/tasks/det/test_fcos_rcnn.py trains the same code at resnet18 size.
 BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml"}
+# YOLOX-m/l/x under the RetinaNet post-process: 60-245 s a dry run at load 10 (they passed when
+# added); the n/t/s files run the same code.
+BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for a in (1, 2)}
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 

@@ -125,6 +125,30 @@ def _dataloader(entry, path, split, ds, notes):
                          f"{ds[key]!r}; one value (training's) serves both")
 
 
+FILE_CACHE_KEYS = ("cache_dir", "cache_name")
+
+
+def _file_bytes_cache_out_of_kwargs(ds, notes):
+    """UP's COCO dataset ``cache: {cache_dir, cache_name}`` pickles the image files' encoded
+    bytes once and holds them in every process, to spare file-system reads. It changes no
+    pixel, so it leaves with a note; ``dataset.cache: ram | disk`` keeps decoded images here."""
+    for split in SPLITS:
+        entry = ds.get(split)
+        if not (isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict) and "cache" in entry["kwargs"]):
+            continue
+        path = f"dataset.{split}.kwargs.cache"
+        cache = _mapping(entry["kwargs"]["cache"], path)
+        for key, value in cache.items():
+            if key not in FILE_CACHE_KEYS:
+                raise ConfigError(join_path(path, key), "unknown key", did_you_mean(key, FILE_CACHE_KEYS)
+                                  or f"UP's cache has {', '.join(FILE_CACHE_KEYS)}")
+            if not isinstance(value, str):
+                raise ConfigError(join_path(path, key), f"expected a string, got {type(value).__name__}")
+        ds[split] = {**entry, "kwargs": {k: v for k, v in entry["kwargs"].items() if k != "cache"}}
+        notes.append(f"{path}: UP's pickled copy of the encoded image files is not made (the pixels are the "
+                     "same); dataset.cache: ram | disk keeps decoded images across epochs")
+
+
 def _evaluator_out_of_kwargs(ds, notes):
     """UP keeps the evaluator inside a dataset's kwargs; ours is ``dataset.evaluator``. The
     first one found (training split first) moves there unless one is given already."""
@@ -191,5 +215,6 @@ def translate_dataset(cfg, notes):
             notes.append(f"dataset.{key}: {value!r} given explicitly; UP's loader value {ds[key]!r} not used")
             ds[key] = value
     _evaluator_out_of_kwargs(ds, notes)
+    _file_bytes_cache_out_of_kwargs(ds, notes)
     given.clear()
     given.update(ds)

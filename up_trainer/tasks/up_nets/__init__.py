@@ -16,7 +16,9 @@ Three shapes are mapped:
   Cascade R-CNN (``FPN`` + ``CascadeFC``) -> :class:`up_trainer.tasks.det.rcnn.TwoStageModel`
   (:mod:`.rcnn_net`);
 * YOLOX: ``yolox_nano|tiny|s|m|l|x`` / ``yolox`` / resnet + ``YoloxPAFPN`` + ``YoloXHead`` +
-  ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`).
+  ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`);
+* the same backbone, neck and head + ``retina_post_iou`` (UP's ``yolox_*_ret_*`` files) ->
+  :class:`up_trainer.tasks.det.atss.RetinaPlusModel` (:mod:`.yolox_retina_net`).
 
 Every kwarg is honoured or refused in one line; UP types we do not map are refused with what
 to use instead (:mod:`.refused`). :func:`check_up_net` does all of this without building
@@ -92,13 +94,14 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
-    if types[1:] == YOLOX_PARTS:
+    yolox_retina = len(types) == 4 and types[1:3] == YOLOX_PARTS[:2] and types[3] in PLUS_POSTS
+    if types[1:] == YOLOX_PARTS or yolox_retina:
         from .yolox_net import RESNETS, backbone_types
 
         if types[0] not in backbone_types() + RESNETS:
             raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped YOLOX backbone",
                               f"mapped: {', '.join(backbone_types() + RESNETS)}")
-        return "yolox"
+        return "yolox_retina" if yolox_retina else "yolox"
     backbones = _up_backbones()
     if types[0] not in backbones:
         raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]!r} is not a mapped UP backbone",
@@ -128,7 +131,7 @@ def _shape(net_cfg, path):
                       "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; resnet + NaiveRPN + rpn_post + "
                       "BboxRes5_Pre + BboxRes5 + bbox_post; resnet + NaiveRPN + retina_post + BboxRFCN_Pre + "
                       "BboxRFCN + bbox_post; resnet + FPN + NaiveRPN + rpn_post + CascadeFC; "
-                      "yolox_* + YoloxPAFPN + YoloXHead + yolox_post")
+                      "yolox_* + YoloxPAFPN + YoloXHead + yolox_post|retina_post_iou")
 
 
 def build_up_net(net_cfg, path="net"):
@@ -143,6 +146,10 @@ def build_up_net(net_cfg, path="net"):
         from .yolox_net import build_yolox_net
 
         return build_yolox_net(net_cfg, path)
+    if shape == "yolox_retina":
+        from .yolox_retina_net import build_yolox_retina_net
+
+        return build_yolox_retina_net(net_cfg, path)
     if shape == "fcos":
         from .fcos_net import build_fcos_net
 

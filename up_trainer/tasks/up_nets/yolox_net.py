@@ -159,11 +159,16 @@ def _classes(opts, key="num_classes"):
     return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
 
 
-def read_head(opts, planes):
+def read_head(opts, planes, anchored=False):
+    """YoloXHead; ``anchored``: under a RetinaNet post-process, where ``num_point`` anchors sit
+    on each grid point (YOLOX's own post-process predicts one box per point)."""
     from ..det.yolox import YoloXHead
 
     num_classes = _classes(opts)
-    opts.take("num_point", 1, types=int, only=1, why="YOLOX predicts one box per point")
+    if anchored:
+        num_point = opts.take("num_point", 1, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    else:
+        num_point = opts.take("num_point", 1, types=int, only=1, why="YOLOX predicts one box per point")
     width = opts.take("width", 0.375, types=float, check=lambda v: None if v > 0 else "must be > 0")
     opts.take("inplanes", planes, types=list, only=planes, why="the neck's output channels")
     outplanes = opts.take("outplanes", 256, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
@@ -177,7 +182,8 @@ def read_head(opts, planes):
     channels = int(outplanes * width)
     if channels < 1:
         raise ConfigError(opts.at("width"), f"outplanes {outplanes} x width {width} leaves no channels")
-    head = _built(opts, YoloXHead, num_classes - 1, planes, channels, depthwise=depthwise, act=act, prior_prob=prior)
+    head = _built(opts, YoloXHead, num_classes - 1, planes, channels, depthwise=depthwise, act=act, prior_prob=prior,
+                  num_point=num_point)
     norm.apply(head)
     if init is not None:  # UP initializes, then sets the prior biases again
         initialize(head, init)
@@ -252,22 +258,36 @@ def read_post(opts, num_classes):
 
 
 # -- the model -------------------------------------------------------------------------------
-def build_yolox_net(net_cfg, path):
-    from ..det.yolox import SimOTAAssigner, YoloxCriterion, YoloxModel, YoloxPostprocess
-
-    opts = entry_options(net_cfg, path)
-    kind = net_cfg[0]["type"]
+def read_parts(kind, opts, anchored=False):
+    """(backbone, neck, head, num_classes with background, strides, backbone norm) of the first
+    three entries: a CSPDarknet or resnet, ``YoloxPAFPN``, ``YoloXHead`` (``anchored``: see
+    :func:`read_head`)."""
     if kind in RESNETS:
         backbone, planes, strides, bb_norm = read_resnet(kind, opts[0])
     else:
         backbone, planes, strides, bb_norm = read_cspdarknet(kind, opts[0])
     neck, neck_norm = read_pafpn(opts[1], planes, strides)
-    head, num_classes, head_norm = read_head(opts[2], planes)
-    post, use_l1 = read_post(opts[3], num_classes)
+    head, num_classes, head_norm = read_head(opts[2], planes, anchored)
     for norm in (neck_norm, head_norm):
         if norm.sync != bb_norm.sync:
             raise ConfigError(norm.path, "differs from the backbone's normalize in sync_bn",
                               "one batch-norm kind (solo_bn or sync_bn) serves the whole YOLOX net")
+    return backbone, neck, head, num_classes, strides, bb_norm
+
+
+def up_weight_translation(kind, names):
+    """The model's ``translate_up_weights`` for UP's names of these parts."""
+    return partial(translate_up_weights, names=names[:3],
+                   backbone=backbone_rules(kind) if kind in RESNETS else CSP_RULES)
+
+
+def build_yolox_net(net_cfg, path):
+    from ..det.yolox import SimOTAAssigner, YoloxCriterion, YoloxModel, YoloxPostprocess
+
+    opts = entry_options(net_cfg, path)
+    kind = net_cfg[0]["type"]
+    backbone, neck, head, num_classes, strides, bb_norm = read_parts(kind, opts)
+    post, use_l1 = read_post(opts[3], num_classes)
     criterion = YoloxCriterion(num_classes - 1, post["iou_kind"], post["iou_weight"],
                                SimOTAAssigner(center_radius=post["center_radius"], candidate_k=post["candidate_k"]))
     # No cap before NMS, as in UP. (UP's predictor keeps only each point's best class; here every
@@ -279,8 +299,7 @@ def build_yolox_net(net_cfg, path):
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = bb_norm.sync
     model.up_part_names = [e["name"] for e in net_cfg]
-    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3],
-                                         backbone=backbone_rules(kind) if kind in RESNETS else CSP_RULES)
+    model.translate_up_weights = up_weight_translation(kind, model.up_part_names)
     return model
 
 

@@ -21,15 +21,17 @@ class RetinaPlusModel(nn.Module):
     image's pixels, scores, labels 1..C}, ...]}`` plus the losses when the batch has targets.
 
     ``backbone`` returns a list or an ordered dict of maps; ``neck`` (torchvision's FPN) takes
-    the ordered dict; ``roi_head`` the FPN's maps as a list. ``cell_anchors``: one [A, 4] tensor
-    per level, shifted by ``strides``.
+    the ordered dict, or the list with ``neck_takes_list`` (a neck of another layout, such as
+    YOLOX's PAFPN, which returns a list too); ``roi_head`` the neck's maps as a list.
+    ``cell_anchors``: one [A, 4] tensor per level, shifted by ``strides``.
     """
 
     kind = "retina_plus"
 
     def __init__(self, backbone, neck, roi_head, criterion, predictor, strides, cell_anchors, class_first=False,
-                 image_mean=None, image_std=None):
+                 image_mean=None, image_std=None, neck_takes_list=False):
         super().__init__()
+        self.neck_takes_list = neck_takes_list
         self.backbone, self.neck, self.roi_head = backbone, neck, roi_head
         self.num_classes = roi_head.num_classes
         self.strides = list(strides)
@@ -49,9 +51,11 @@ class RetinaPlusModel(nn.Module):
 
     def features(self, x):
         feats = self.backbone(x)
-        if not isinstance(feats, dict):
-            feats = OrderedDict((str(i), f) for i, f in enumerate(feats))
-        return list(self.neck(feats).values())
+        if self.neck_takes_list:
+            out = self.neck(list(feats.values()) if isinstance(feats, dict) else list(feats))
+        else:
+            out = self.neck(feats if isinstance(feats, dict) else OrderedDict((str(i), f) for i, f in enumerate(feats)))
+        return list(out.values()) if isinstance(out, dict) else list(out)
 
     def anchors(self, feature_maps):
         return [grid_anchors(cell, stride, f.shape[-2], f.shape[-1], f.device).to(f.dtype)

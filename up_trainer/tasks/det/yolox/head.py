@@ -11,8 +11,11 @@ from .layers import ConvBnAct, check_act, conv_kind
 
 
 class YoloXHead(nn.Module):
-    """forward([p3, p4, p5]) -> per level a tuple (cls N x C x H x W, reg N x 4 x H x W,
-    obj N x 1 x H x W), all raw (logits; the box outputs before decoding).
+    """forward([p3, p4, p5]) -> per level a tuple (cls N x P*C x H x W, reg N x P*4 x H x W,
+    obj N x P x H x W), all raw (logits; the box outputs before decoding).
+
+    ``num_point`` (P): predictions per grid point. YOLOX has one; UP's RetinaNet-style files
+    put P anchors on each point and read the maps as (classes, box deltas, IoU logit) per anchor.
 
     ``num_classes`` counts foreground classes only (sigmoid classification). The class and
     objectness biases start at the prior ``-log((1 - p) / p)``, so every point predicts
@@ -20,14 +23,16 @@ class YoloXHead(nn.Module):
     points does not swamp the first iterations."""
 
     def __init__(self, num_classes, in_channels=(256, 512, 1024), channels=256, depthwise=False, act="silu",
-                 prior_prob=0.01):
+                 prior_prob=0.01, num_point=1):
         super().__init__()
         act = check_act(act)
         if num_classes < 1:
             raise ConfigError("num_classes", f"must be >= 1 (foreground classes), got {num_classes}")
         if not 0 < prior_prob < 1:
             raise ConfigError("prior_prob", f"must be in (0, 1), got {prior_prob}")
-        self.num_classes = num_classes
+        if not isinstance(num_point, int) or num_point < 1:
+            raise ConfigError("num_point", f"must be an integer >= 1, got {num_point!r}")
+        self.num_classes, self.num_point = num_classes, num_point
         Conv = conv_kind(depthwise)
         self.stems, self.cls_convs, self.reg_convs = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
         self.cls_preds, self.reg_preds, self.obj_preds = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
@@ -37,9 +42,9 @@ class YoloXHead(nn.Module):
                                                 Conv(channels, channels, 3, 1, act=act)))
             self.reg_convs.append(nn.Sequential(Conv(channels, channels, 3, 1, act=act),
                                                 Conv(channels, channels, 3, 1, act=act)))
-            self.cls_preds.append(nn.Conv2d(channels, num_classes, 1))
-            self.reg_preds.append(nn.Conv2d(channels, 4, 1))
-            self.obj_preds.append(nn.Conv2d(channels, 1, 1))
+            self.cls_preds.append(nn.Conv2d(channels, num_point * num_classes, 1))
+            self.reg_preds.append(nn.Conv2d(channels, num_point * 4, 1))
+            self.obj_preds.append(nn.Conv2d(channels, num_point, 1))
         self.init_prior(prior_prob)
 
     def init_prior(self, prior_prob):
