@@ -68,3 +68,18 @@ def test_load_config_never_exits(tmp_path):
     with pytest.raises(up_trainer.ConfigError) as info:
         up_trainer.load_config(tmp_path / "missing.yaml")
     assert "missing.yaml" in str(info.value)
+
+
+@pytest.mark.parametrize("config", ["configs/cls/digits_resnet18.yaml", "configs/det/digits_fcos.yaml"])
+def test_a_resolved_config_resolves_to_itself(config, tmp_path):
+    """A run's config.yaml (the resolved config) or a Config handed back resolves to the same
+    config: a resolved native config is not taken for UP's form (whose warmup defaults would
+    multiply the learning rate by the batch size)."""
+    import os
+
+    from conftest import REPO
+
+    resolved = up_trainer.load_config(os.path.join(REPO, config))
+    assert dict(up_trainer.load_config(resolved)) == dict(resolved)
+    again = up_trainer.load_config(yaml.safe_load(yaml.safe_dump(resolved.to_dict())))
+    assert dict(again) == dict(resolved) and "origin" not in again

@@ -25,7 +25,9 @@ def is_up_form(cfg):
     if isinstance(net, list) and net and all(isinstance(e, dict) and "name" in e for e in net):
         return True
     runtime = cfg.get("runtime")
-    if isinstance(runtime, dict) and "task_names" in runtime:
+    # a value, not the key: a resolved native config (a run's config.yaml, a Config handed back
+    # to load_config) holds the schema's default, task_names: null, and must resolve as native
+    if isinstance(runtime, dict) and runtime.get("task_names") is not None:
         return True
     ds = cfg.get("dataset")
     return isinstance(ds, dict) and any(isinstance(ds.get(s), dict) and "dataset" in ds[s] and "type" not in ds[s]
