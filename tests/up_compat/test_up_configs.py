@@ -48,7 +48,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/retinanet/retinanet-r18-improve_ota.yaml",
                     "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
-                    "det/retinanet/yolox_*_ret_a*_comloc*.yaml")
+                    "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (docs/up/, Coming from
@@ -81,6 +81,7 @@ BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-
 # YOLOX-m/l/x under the RetinaNet post-process: 60-245 s a dry run at load 10 (they passed when
 # added); the n/t/s files run the same code.
 BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for a in (1, 2)}
+BIG |= {"det/efl/efl_oids_r101_2x_random.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 file runs the same code
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 

@@ -25,6 +25,7 @@ from .options import Options, entry_options, loss_weight, read_num_classes, type
 HEADS = {"RetinaHeadWithBN": (True, False), "RetinaHeadWithIOU": (False, True),
          "RetinaHeadWithBNIOU": (True, True)}  # type -> (norm per level, IoU branch)
 POSTS = ("retina_post", "retina_post_iou")
+EFL_TYPES = ("equalized_focal_loss", "equalized_quality_focal_loss")
 FAMILY = "the ATSS RetinaNet"  # in refusals: "UP loss 'x' is not mapped for ..."
 
 
@@ -148,12 +149,18 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
     cfg = opts.sub("cfg")
     for key in ("train", "test"):
         cfg.take(key, None, only=None, why="one setting serves training and evaluation")
-    _, qfl = typed_part(cfg, "cls_loss", ("quality_focal_loss",), "classification loss", family=FAMILY)
-    beta = qfl.take("gamma", types=float, check=lambda v: None if v >= 0 else "must be >= 0")
-    qfl.take("init_prior", 0.01, types=float)  # UP's loss does not read it: the head's init_prior sets the bias
+    cls_kind, qfl = typed_part(cfg, "cls_loss", ("quality_focal_loss",) + EFL_TYPES, "classification loss",
+                               family=FAMILY)
+    beta, efl = 2.0, None
+    if cls_kind in EFL_TYPES:
+        efl = _efl(cls_kind, qfl, num_classes)
+    else:
+        beta = qfl.take("gamma", types=float, check=lambda v: None if v >= 0 else "must be >= 0")
+        qfl.take("init_prior", 0.01, types=float)  # UP's loss does not read it: the head's init_prior sets the bias
+        qfl.take("use_sigmoid", True, types=bool, only=True)
     qfl.take("ignore_index", -1, types=int, only=-1)
-    qfl.take("dynamic_normalizer", False, types=bool, only=False, why="QFL is divided by the positive count")
-    qfl.take("use_sigmoid", True, types=bool, only=True)
+    qfl.take("dynamic_normalizer", False, types=bool, only=False, why="the class loss is divided by the positive "
+             "count")
     cls_weight = loss_weight(qfl)
     qfl.done()
     giou, l1 = _loc_terms(cfg)
@@ -181,7 +188,39 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
     cfg.done()
     opts.done()
     return dict(beta=beta, cls_weight=cls_weight, giou_weight=giou, l1_weight=l1, iou_weight=iou_weight,
-                ratios=ratios, scales=scales, top_k=top_k, ota=ota, predictor=predictor, class_first=class_first)
+                ratios=ratios, scales=scales, top_k=top_k, ota=ota, predictor=predictor, class_first=class_first,
+                efl=efl)
+
+
+def _efl(kind, kw, num_classes):
+    """kwargs of :class:`EqualizedFocalLoss` from UP's ``equalized_focal_loss`` /
+    ``equalized_quality_focal_loss`` (``fpn_levels`` is checked against the net's levels later)."""
+    _classes(kw, want=num_classes)
+    kw.ignore("name", "a log label")
+    kw.take("reduction", "mean", types=str, only="mean")
+    out = dict(quality=kind == "equalized_quality_focal_loss",
+               gamma=kw.take("focal_gamma", 2.0, types=float, check=lambda v: None if v > 0 else "must be > 0"),
+               scale_factor=kw.take("scale_factor", 8.0, types=float, check=lambda v: None if v >= 0 else
+                                    "must be >= 0"),
+               levels=kw.take("fpn_levels", 5, types=int, check=lambda v: None if v >= 1 else "must be >= 1"),
+               levels_path=kw.at("fpn_levels"), alpha=-1.0)
+    if kind == "equalized_focal_loss":
+        out["alpha"] = kw.take("focal_alpha", 0.25, types=float)
+    return out
+
+
+def efl_module(post, num_classes, levels):
+    """The EqualizedFocalLoss of ``post`` (None for QFL); ``fpn_levels`` must be the net's levels."""
+    from ..det.atss import EqualizedFocalLoss
+
+    efl = post["efl"]
+    if efl is None:
+        return None
+    if efl["levels"] != levels:
+        raise ConfigError(efl["levels_path"], f"{efl['levels']} but the net has {levels} levels",
+                          "the gradients of every level's class map are collected")
+    kwargs = {k: v for k, v in efl.items() if k != "levels_path"}
+    return EqualizedFocalLoss(num_classes - 1, class_first=post["class_first"], **kwargs)
 
 
 def _ota(sup, num_classes, iou_post, type_path):
@@ -226,7 +265,8 @@ def build_retina_plus_net(net_cfg, path):
     coder = box_coder()
     assigner = None if post["ota"] is None else RetinaSimOTAAssigner(fpn.out_strides, *post["ota"])
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
-                                    post["l1_weight"], head.iou_branch, post["iou_weight"], assigner)
+                                    post["l1_weight"], head.iou_branch, post["iou_weight"], assigner,
+                                    cls_loss=efl_module(post, num_classes, levels))
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells, class_first=post["class_first"])

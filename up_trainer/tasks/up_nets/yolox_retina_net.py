@@ -17,7 +17,7 @@ YOLOX files (:mod:`.yolox_net`), the post-process as for UP's improved RetinaNet
 This module only assembles; the YOLOX and ATSS packages stay apart.
 """
 from ...errors import ConfigError, join_path
-from .atss_net import read_post
+from .atss_net import efl_module, read_post
 from .options import entry_options
 from .yolox_net import read_parts, up_weight_translation
 
@@ -38,7 +38,8 @@ def build_yolox_retina_net(net_cfg, path):
                           f"{anchors}")
     coder = box_coder()
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
-                                    post["l1_weight"], True, post["iou_weight"])
+                                    post["l1_weight"], True, post["iou_weight"],
+                                    cls_loss=efl_module(post, num_classes, len(strides)))
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in strides]
     mean, std = PIXELS_255
     model = RetinaPlusModel(backbone, neck, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),

@@ -18,12 +18,13 @@ from ....registry import MODELS
 from .assigner import NEGATIVE, ATSSAssigner
 from .head import RetinaPlusHead
 from ..box_ops import box_coder, paired_iou
+from .efl import EqualizedFocalLoss
 from .losses import LOSS_KEYS, RetinaPlusCriterion, quality_focal_loss
 from .model import RetinaPlusModel
 from .ota import RetinaSimOTAAssigner
 from .postprocess import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
 
-__all__ = ["ATSSAssigner", "LOSS_KEYS", "NEGATIVE", "PREDICTORS", "RetinaPlusCriterion", "RetinaPlusHead",
+__all__ = ["ATSSAssigner", "EqualizedFocalLoss", "LOSS_KEYS", "NEGATIVE", "PREDICTORS", "RetinaPlusCriterion", "RetinaPlusHead",
            "RetinaPlusModel", "RetinaPlusPredictor", "RetinaSimOTAAssigner", "atss", "box_coder",
            "flatten_outputs", "grid_anchors", "paired_iou", "quality_focal_loss"]
 HEAD_NORMS = ("bn", "gn", "none")

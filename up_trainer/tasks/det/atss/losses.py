@@ -45,8 +45,11 @@ class RetinaPlusCriterion:
     ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
 
     def __init__(self, box_coder, top_k=9, beta=2.0, cls_weight=1.0, giou_weight=1.0, l1_weight=0.0,
-                 iou_branch=False, iou_branch_weight=1.0, assigner=None):
+                 iou_branch=False, iou_branch_weight=1.0, assigner=None, cls_loss=None):
+        """``cls_loss``: a module taking (logits [K, C], labels [K], IoU targets [K]) and returning
+        the summed class loss (:class:`.efl.EqualizedFocalLoss`) in place of QFL."""
         self.box_coder, self.assigner = box_coder, assigner or ATSSAssigner(top_k)
+        self.cls_loss = cls_loss
         self.beta, self.cls_weight, self.giou_weight, self.l1_weight = beta, cls_weight, giou_weight, l1_weight
         self.iou_branch, self.iou_branch_weight = iou_branch, iou_branch_weight
 
@@ -78,7 +81,10 @@ class RetinaPlusCriterion:
         quality = paired_iou(pred_boxes.detach(), pos_boxes)  # the soft class target and the IoU target
         scores = torch.zeros(labels.shape, dtype=cls.dtype, device=cls.device)
         scores[pos_img, pos_anchor] = quality
-        loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / num_pos
+        if self.cls_loss is not None:
+            loss_cls = self.cls_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten()) / num_pos
+        else:
+            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / num_pos
 
         zero = deltas.sum() * 0.0
         if pos_anchor.numel() == 0:

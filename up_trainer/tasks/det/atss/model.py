@@ -36,6 +36,9 @@ class RetinaPlusModel(nn.Module):
         self.num_classes = roi_head.num_classes
         self.strides = list(strides)
         self.criterion, self.predictor, self.class_first = criterion, predictor, class_first
+        if isinstance(getattr(criterion, "cls_loss", None), nn.Module):  # its state (EFL's gradient
+            # statistics) is the model's, checkpointed; UP's gradient_collector names it post_process.cls_loss
+            self.post_process = nn.ModuleDict({"cls_loss": criterion.cls_loss})
         self.cell_anchors = [c.float() for c in cell_anchors]
         mean = None if image_mean is None else torch.tensor(image_mean, dtype=torch.float32).view(-1, 1, 1)
         std = None if image_std is None else torch.tensor(image_std, dtype=torch.float32).view(-1, 1, 1)
