@@ -127,7 +127,6 @@ CASES = [
     ("yaml syntax", text("trainer: {max_epoch: 1\n"), train, [], "invalid YAML"),
     ("python tag", text("trainer: !!python/object/apply:os.system ['true']\n"), train, [],
      "python object tags are not allowed"),
-    ("duplicate key", text("trainer: {max_epoch: 1}\ntrainer: {max_epoch: 2}\n"), train, [], "duplicate key 'trainer'"),
     ("top level list", text("- a\n- b\n"), train, [], "the top level must be a mapping"),
     ("missing _base_", text("_base_: nothere.yaml\n"), train, [], "_base_ file not found: nothere.yaml"),
     ("_base_ cycle", _base_cycle, train, [], "inheritance cycle"),

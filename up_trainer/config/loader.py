@@ -1,4 +1,5 @@
 """Read a YAML config: safe_load semantics, ``_base_`` inheritance, ``_delete_`` replacement."""
+import logging
 import os
 
 import yaml
@@ -14,11 +15,12 @@ from .anchors import anchor_only_keys
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000  # nodes after alias expansion
 MAX_DEPTH = 100
+log = logging.getLogger("up")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (YAML would silently keep the last one) and
-    documents past the depth and alias-expansion limits.
+    """SafeLoader that warns of a key repeated with another value (YAML silently keeps the last
+    one) and refuses documents past the depth and alias-expansion limits.
 
     The limits are checked as the composer consumes events, before it recurses one level
     deeper or a Python object exists: a collection's expanded size is known at its end
@@ -62,8 +64,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _construct_mapping(loader, node, deep=False):
-    """A mapping; a key given twice is an error unless both values are equal (then nothing is
-    lost: UP's own cascade file repeats ``bbox_score_thresh: 0.0``)."""
+    """A mapping; a key given twice keeps its last value, as PyYAML (and so UP) does. Two equal
+    values lose nothing (UP's cascade file repeats ``bbox_score_thresh: 0.0``); two different
+    ones are a one-line warning naming the key and both lines (UP's
+    ``retinanet-xmnet-improve.yaml`` gives one key twice), so such a file runs unchanged and
+    the dropped value is not silent."""
     seen = {}
     for key_node, value_node in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -73,8 +78,8 @@ def _construct_mapping(loader, node, deep=False):
             first_line, first_value = seen[key]
             if loader.construct_object(value_node, deep=True) != loader.construct_object(first_value, deep=True):
                 mark = key_node.start_mark
-                raise ConfigError(f"{mark.name}:{mark.line + 1}",
-                                  f"duplicate key {key!r} with another value (first at line {first_line + 1})")
+                log.warning("%s:%d: key %r given twice with different values (lines %d and %d): the last one is "
+                            "used, as PyYAML does", mark.name, mark.line + 1, key, first_line + 1, mark.line + 1)
         seen[key] = (key_node.start_mark.line, value_node)
     loader.flatten_mapping(node)
     return dict(loader.construct_pairs(node, deep=deep))

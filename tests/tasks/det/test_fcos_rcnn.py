@@ -466,12 +466,11 @@ def test_cascade_trains_on_digit_scenes():
 
 
 def test_a_key_repeated_with_the_same_value_loads():
-    """UP's cascade file repeats bbox_score_thresh: 0.0; a repeat with another value is refused."""
+    """UP's cascade file repeats bbox_score_thresh: 0.0 (a repeat with another value: tests/up_compat/
+    test_up_yaml_repeats.py)."""
     from up_trainer.config.loader import parse_yaml
 
     assert parse_yaml("a: {x: 0.0, y: 1, x: 0.0}\n") == {"a": {"x": 0.0, "y": 1}}
-    with pytest.raises(ConfigError, match="duplicate key 'x' with another value"):
-        parse_yaml("a: {x: 0.0, x: 0.5}\n")
 
 
 # -- UP's parameter names ------------------------------------------------------------------------
