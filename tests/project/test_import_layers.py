@@ -33,7 +33,7 @@ LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
     ["registry", "config", "exits", "paths"],
     ["weights", "integrity", "render", "data", "memckpt", "writers", "plot"],
-    ["tasks"],
+    ["tasks", "tta"],
     ["engine", "distill"],
     ["hooks"],
     ["run", "predict", "flops", "export", "api"],
