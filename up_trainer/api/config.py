@@ -8,7 +8,7 @@ from ..errors import ConfigError, join_path, short_repr
 
 # The same limits a YAML file is held to (config/loader.py): a mapping built in Python can be
 # as deep or as large as a hostile file, and can also refer to itself.
-from ..config.loader import MAX_DEPTH, MAX_NODES
+from ..config.loader import MAX_DEPTH, MAX_NODES, merge_bases
 
 _SCALARS = (str, bool, int, float, type(None))
 
@@ -56,7 +56,7 @@ def load_config(path_or_dict, opts=()):
     if isinstance(path_or_dict, dict):
         data = plain_copy(path_or_dict, None)
         files = []
-        data = _merge_bases(data, files)
+        data = merge_bases(data, "", "_base_", files=files)
         return Config(resolve_loaded(data, opts), source=None, files=files)
     raise ConfigError(None, f"expected a config file path or a mapping of sections, got "
                       f"{type(path_or_dict).__name__}")
@@ -79,24 +79,6 @@ def _checked_opts(opts):
             raise ConfigError(join_path("opts", i), f"expected a KEY=VALUE string, got {type(opt).__name__} "
                               f"{short_repr(opt)}")
     return list(opts)
-
-
-def _merge_bases(data, files):
-    from ..config.loader import deep_merge, load_file
-
-    bases = data.pop("_base_", None)
-    if bases is None:
-        return data
-    if isinstance(bases, str):
-        bases = [bases]
-    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ConfigError("_base_", "expected a file name or a list of file names")
-    merged = {}
-    for base in bases:
-        if not os.path.exists(base):
-            raise ConfigError("_base_", f"_base_ file not found: {base} (relative to the current directory)")
-        merged = deep_merge(merged, load_file(base, files=files))
-    return deep_merge(merged, data)
 
 
 def plain_copy(value, path):

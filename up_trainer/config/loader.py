@@ -169,17 +169,23 @@ def load_file(path, _stack=(), files=None):
     data = read_yaml_file(path, what)
     if files is not None:
         files.append(str(path))
+    return merge_bases(data, os.path.dirname(path), f"{path}: _base_", (*_stack, real), files)
+
+
+def merge_bases(data, base_dir, where, _stack=(), files=None):
+    """``data`` with the files its ``_base_`` names (relative to ``base_dir``; "" is the current
+    directory) merged underneath, in order. ``where`` names the key in errors."""
     bases = data.pop("_base_", None)
     if bases is None:
         return data
     if isinstance(bases, str):
         bases = [bases]
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ConfigError(f"{path}: _base_", "expected a file name or a list of file names")
+        raise ConfigError(where, "expected a file name or a list of file names")
     merged = {}
     for base in bases:
-        base_path = base if os.path.isabs(base) else os.path.join(os.path.dirname(path), base)
+        base_path = base if os.path.isabs(base) else os.path.join(base_dir, base)
         if not os.path.exists(base_path):
-            raise ConfigError(f"{path}: _base_", f"_base_ file not found: {base} (looked at {base_path})")
-        merged = deep_merge(merged, load_file(base_path, (*_stack, real), files))
+            raise ConfigError(where, f"_base_ file not found: {base} (looked at {os.path.abspath(base_path)})")
+        merged = deep_merge(merged, load_file(base_path, _stack, files))
     return deep_merge(merged, data)
