@@ -7,55 +7,9 @@ import os
 import click
 
 from .click_errors import OneLineErrorGroup
+from .cli_data import data_group
+from .cli_options import _ARGS, _collect_opts, _resolve, _tta, config_options, tta_options
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
-
-
-def tta_options(fn):
-    fn = click.option("--tta-no-flip", "tta_no_flip", is_flag=True, help="--tta without the left-right flip")(fn)
-    fn = click.option("--tta-scales", default="1", show_default=True, metavar="S,S,..",
-                      help="--tta: image scale factors (views)")(fn)
-    fn = click.option("--tta", is_flag=True, help="test-time augmentation: every scale, each also flipped "
-                                                  "left-right; probabilities averaged / boxes merged by NMS")(fn)
-    return fn
-
-
-def _tta(tta, scales, no_flip):
-    if not tta:
-        return None
-    from .tta import parse_scales
-
-    return {"scales": parse_scales(scales), "flip": not no_flip}
-
-
-def config_options(fn):
-    fn = click.option("--opts", "opts", multiple=True, metavar="KEY=VALUE",
-                      help="override config values: dotted paths, list indexes, hooks by type "
-                           "(hooks.grad_clipper.kwargs.max_norm=5); values are YAML scalars. Repeatable; "
-                           "several may follow one --opts.")(fn)
-    fn = click.option("--config", "config_path", required=True, metavar="CFG", help="YAML config file")(fn)
-    return fn
-
-
-def _collect_opts(opts, extra):
-    """UP writes `--opts a=1 b=2`: click gives one value per flag, the rest arrive as extras."""
-    out = list(opts)
-    for item in extra:
-        if "=" not in item:
-            raise click.UsageError(f"unexpected argument {item!r} (options take the form KEY=VALUE after --opts)")
-        out.append(item)
-    return out
-
-
-def _resolve(config_path, opts, seed=None, files=None):
-    """The resolved config; ``files`` (a list) receives the config files read, which no
-    output of the command may overwrite."""
-    from .api import load_config  # the Python API's own resolution: one path for both
-
-    extra = [f"runtime.seed={seed}"] if seed is not None else []
-    cfg = load_config(config_path, list(opts) + extra)
-    if files is not None:
-        files.extend(cfg.files)
-    return dict(cfg)
 
 
 @click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,8 +17,6 @@ def _resolve(config_path, opts, seed=None, files=None):
 def main():
     """up: YAML-driven training for image classification and object detection."""
 
-
-_ARGS = dict(ignore_unknown_options=False, allow_extra_args=True)
 
 
 @main.command(context_settings=_ARGS)
@@ -236,83 +188,6 @@ def benchmark_cmd(ctx, config_path, opts, checkpoint, formats, batch, warmup, re
     click.echo(f"written: {os.path.join(out_dir, 'benchmark.csv')}, {os.path.join(out_dir, 'benchmark.json')}")
 
 
-@main.group("data")
-def data_group():
-    """Write built-in data sets to disk, convert a detection set between formats, check one."""
-
-
-@data_group.command("digits-det")
-@click.option("--out", "out_dir", required=True, help="output directory (images/, annotations/)")
-@click.option("--num-images", type=click.IntRange(min=1), default=1000, show_default=True, help="train scenes")
-@click.option("--num-val-images", type=click.IntRange(min=0), default=None, help="val scenes (default: a quarter)")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
-@click.option("--canvas-size", type=click.IntRange(min=8), default=64, show_default=True)
-@run_safely
-def data_digits_det(out_dir, num_images, num_val_images, seed, canvas_size):
-    """digits_det scenes as a COCO data set (PNG files + instances JSON per split)."""
-    from .paths import guard_output_dir
-    from .tasks.det.export import export_digits_coco
-
-    for sub in ("images/train", "images/val"):  # each folder written, the levels above it too
-        guard_output_dir(os.path.join(out_dir, sub), "--out", writes=())
-    guard_output_dir(os.path.join(out_dir, "annotations"), "--out",
-                     writes=("instances_train.json", "instances_val.json"))
-
-    for split, (ann, img_dir) in export_digits_coco(out_dir, num_images, num_val_images, seed,
-                                                    canvas_size=canvas_size).items():
-        click.echo(f"{split}: {ann} (images in {img_dir})")
-
-
-@data_group.command("convert")
-@click.option("--from", "src_fmt", type=click.Choice(["voc", "yolo", "labelme", "cvat", "coco"]), required=True,
-              help="the input's format")
-@click.option("--to", "dst_fmt", type=click.Choice(["coco", "yolo"]), required=True, help="the output's format")
-@click.option("--input", "input_path", required=True, metavar="PATH",
-              help="voc: root or annotation folder; yolo: data.yaml; labelme: folder; cvat, coco: the file")
-@click.option("--images", default=None, metavar="DIR", help="image folder (cvat, coco; voc/labelme: to override)")
-@click.option("--split", "splits", multiple=True, help="split name(s) (default: every split the input holds, "
-                                                       "else train)")
-@click.option("--classes", default=None, metavar="A,B,..", help="class names in label order (default: the input's)")
-@click.option("--out", "out_dir", required=True, help="output directory: new or empty, outside the input")
-@click.option("--copy", is_flag=True, help="copy the images (default: symlink them)")
-@run_safely
-def data_convert(src_fmt, dst_fmt, input_path, images, splits, classes, out_dir, copy):
-    """Convert a detection set between formats; prints what could not be carried."""
-    from .tasks.det.convert import convert
-
-    names = [c.strip() for c in classes.split(",")] if classes else None
-    for line in convert(src_fmt, dst_fmt, input_path, out_dir, images, splits, names, copy):
-        click.echo(line)
-
-
-@data_group.command("check", context_settings=_ARGS)
-@click.option("--config", "config_path", default=None, metavar="CFG", help="check this config's train and test sets")
-@click.option("--opts", "opts", multiple=True, metavar="KEY=VALUE", help="config overrides, as for up train")
-@click.option("--from", "src_fmt", type=click.Choice(["voc", "yolo", "labelme", "cvat", "coco"]), default=None,
-              help="or: the format of --input")
-@click.option("--input", "input_path", default=None, metavar="PATH", help="as for up data convert")
-@click.option("--images", default=None, metavar="DIR", help="image folder (cvat, coco)")
-@click.option("--split", "splits", multiple=True, help="split name(s), as for up data convert")
-@click.option("--out", "out_dir", default="data_check", show_default=True, help="report.json and PNGs go here")
-@click.option("--decode", is_flag=True, help="decode every image (finds truncated or unreadable files)")
-@click.option("--strict", is_flag=True, help="exit 2, one line per error found")
-@click.option("--seed", type=int, default=0, show_default=True, help="which train images the contact sheet shows")
-@click.pass_context
-@run_safely
-def data_check(ctx, config_path, opts, src_fmt, input_path, images, splits, out_dir, decode, strict, seed):
-    """Health report of a detection set: counts, box sizes, problems; PNGs + JSON under --out."""
-    from .tasks.data_check import run_check
-
-    cfg = _resolve(config_path, _collect_opts(opts, ctx.args)) if config_path else None
-    lines, errors = run_check(cfg, src_fmt, input_path, images, splits, out_dir, decode, seed)
-    for line in lines:
-        click.echo(line)
-    if strict and errors:
-        for e in errors:
-            click.echo(f"up: error: [{e['split']}] {e['check']}: {e['message']}", err=True)
-        ctx.exit(2)
-
-
 @main.command("config", context_settings=_ARGS)
 @config_options
 @click.pass_context
@@ -391,6 +266,9 @@ def plot_cmd(run_dir, out):
 
     guard_output_file(out or os.path.join(run_dir, "results.png"), "--out")
     click.echo(plot_run(run_dir, out))
+
+
+main.add_command(data_group)
 
 
 def entry():

@@ -37,7 +37,7 @@ LAYERS = [
     ["engine", "distill"],
     ["hooks"],
     ["run", "predict", "flops", "export", "api"],
-    ["cli", "click_errors", "__main__"],
+    ["cli", "cli_options", "cli_data", "click_errors", "__main__"],
 ]
 
 
