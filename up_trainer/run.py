@@ -121,6 +121,24 @@ def guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, inputs, resumed=())
         shown = what if what != "run dir" else "--work-dir" if work_dir else "the run directory (the current one)"
         guarded = inputs if what == "saver.save_dir" else [*inputs, *resumed]
         guard_output_dir(path, shown, inputs=guarded, writes=_output_names(what))
+    for where, path, names in hook_output_dirs(cfg, run_dir):
+        guard_output_dir(path, where, inputs=[*inputs, *resumed], writes=names)
+
+
+def hook_output_dirs(cfg, run_dir):
+    """[(key path, folder, names)] of the folders the configured hooks write files in (each
+    hook class says which: Hook.output_dirs), relative folders against the run dir."""
+    from .registry import HOOKS
+
+    found = []
+    for i, entry in enumerate(cfg.get("hooks") or []):
+        if not isinstance(entry, dict) or entry.get("type") not in HOOKS:
+            continue  # a hook with no type or an unknown one is reported where hooks are built
+        kwargs = entry.get("kwargs") or {}
+        for key, folder, names in HOOKS.get(entry["type"]).output_dirs(kwargs):
+            if isinstance(folder, str) and folder:
+                found.append((f"hooks[{i}].kwargs.{key}", os.path.join(run_dir, folder), names))
+    return found
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,

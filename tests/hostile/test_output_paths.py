@@ -200,3 +200,44 @@ def test_newline_in_work_dir_keeps_config_yaml_loadable(tmp_path, monkeypatch):
     assert len(argv) == 1 and "a\\nb" in argv[0]  # one comment line, the newline escaped
     again = resolve_config(str(run_dir / "config.yaml"))
     assert again["net"] == resolve_config(cfg)["net"]
+
+
+# -- folders a hook writes (Hook.output_dirs): the same guard, at start-up -----------------------------
+@pytest.mark.parametrize("hook, key", [("visualize", "out_dir"), ("visualize", "logdir"), ("grad_cam", "save_dir"),
+                                       ("eval_insight", "logdir"), ("auto_save_metric", "metric_json")])
+def test_hook_folder_under_a_file_fails_at_start(tmp_path, hook, key):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own file\n")
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(hooks=[{"type": hook, "kwargs": {key: "notes.txt/pictures"}}]))
+    res = invoke(["train", "--config", cfg, "--work-dir", tmp_path])
+    assert_one_line(res, f"hooks[0].kwargs.{key}: ", "not a directory")
+    assert notes.read_text() == "the user's own file\n"
+    assert not (tmp_path / "checkpoints").exists()  # refused before the run, not at its first evaluation
+
+
+def test_read_only_hook_folder_fails_at_start(tmp_path):
+    with read_only(tmp_path / "ro") as ro:
+        hooks = [{"type": "visualize", "kwargs": {"out_dir": str(ro / "vis"), "tensorboard": False}}]
+        cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(hooks=hooks))
+        res = invoke(["train", "--config", cfg, "--work-dir", tmp_path / "run"])
+        assert_one_line(res, f"hooks[0].kwargs.out_dir: cannot write in {ro}: ")
+        assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_hook_folder_holding_the_config_under_a_name_it_writes(tmp_path):
+    vis = tmp_path / "vis"
+    vis.mkdir()
+    cfg = write_yaml(vis / "epoch_001.png", tiny_cfg(hooks=[{"type": "visualize", "kwargs": {"tensorboard": False}}]))
+    before = digest(cfg)
+    res = invoke(["train", "--config", cfg, "--work-dir", tmp_path])
+    assert_one_line(res, "hooks[0].kwargs.out_dir: writing in", "would overwrite the input")
+    assert digest(cfg) == before
+
+
+def test_metric_json_that_is_the_config(tmp_path):
+    cfg_path = tmp_path / "cfg.json"
+    cfg = write_yaml(cfg_path, tiny_cfg(hooks=[{"type": "auto_save_metric", "kwargs": {"metric_json": str(cfg_path)}}]))
+    before = digest(cfg)
+    res = invoke(["train", "--config", cfg, "--work-dir", tmp_path / "run"])
+    assert_one_line(res, "hooks[0].kwargs.metric_json: writing in", "would overwrite the input")
+    assert digest(cfg) == before

@@ -3,6 +3,8 @@
 The dispatcher belongs to the engine: the trainer and the builder use it, and every hook
 (built-in in :mod:`up_trainer.hooks` or a plugin) derives from :class:`Hook` here.
 """
+import inspect
+
 from ..errors import CheckpointError, ConfigError, did_you_mean, short_repr
 
 # Lower runs first. Names as MMEngine's, so its users can write them in YAML.
@@ -85,6 +87,23 @@ class Hook:
 
     def load_state_dict(self, state):
         pass
+
+    @classmethod
+    def output_dirs(cls, kwargs):
+        """[(kwarg name, folder, names)] for each folder this hook would write files in, given
+        its YAML ``kwargs`` (defaults not filled in): the folder as configured (relative to the
+        run dir, or absolute) and ``names``, a predicate on the names of the files it writes.
+        The run's output guard checks each before anything starts (run.py), so a folder that
+        is a file, read-only or full of the user's own files of those names stops the run in
+        one line at start-up instead of crashing it at the first write."""
+        return []
+
+    @classmethod
+    def configured(cls, kwargs, name):
+        """The value kwarg ``name`` will have: the YAML's, else the constructor's default."""
+        if name in kwargs:
+            return kwargs[name]
+        return inspect.signature(cls.__init__).parameters[name].default
 
 
 class HookList:

@@ -51,6 +51,13 @@ class AutoSaveMetric(Hook):
         self.path = None
         self.entries = []
 
+    @classmethod
+    def output_dirs(cls, kwargs):
+        path = cls.configured(kwargs, "metric_json")
+        if not isinstance(path, str) or not path:
+            return []  # refused where the hook is built
+        return [("metric_json", os.path.dirname(path) or ".", (os.path.basename(path),))]
+
     def _resolve(self, trainer, path):
         return path if os.path.isabs(path) else os.path.join(trainer.run_dir, path)
 

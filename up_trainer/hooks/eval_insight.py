@@ -46,6 +46,12 @@ class EvalInsight(Hook):
 
     priority = "LOW"
 
+    @classmethod
+    def output_dirs(cls, kwargs):
+        if not cls.configured(kwargs, "tensorboard"):
+            return []
+        return [("logdir", cls.configured(kwargs, "logdir"), lambda name: name.startswith("events.out.tfevents."))]
+
     def __init__(self, interval: int = 1, num_wrong: int = 16, score_thr: float = 0.3, tensorboard: bool = True,
                  logdir: str = "log"):
         super().__init__()

@@ -29,6 +29,7 @@ from .base import Hook
 from .gradient_collector import find_module
 
 log = logging.getLogger("up")
+CAM_PNG = re.compile(r"([\w.-]+_)?i\d+_\d+_[\w.-]*\.png")  # what save_png below names: [prefix_]i{iter}_{sample}_{name}.png
 
 
 def jet(x):
@@ -71,6 +72,10 @@ class GradCAM(Hook):
         self._capture = False
         self._handle = None
         self.written = 0
+
+    @classmethod
+    def output_dirs(cls, kwargs):
+        return [("save_dir", cls.configured(kwargs, "save_dir"), lambda name: CAM_PNG.fullmatch(name) is not None)]
 
     def before_train(self, trainer):
         model, base = trainer.module, f"hooks.{self.name}.kwargs"

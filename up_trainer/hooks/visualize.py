@@ -1,6 +1,7 @@
 """visualize: after an evaluation, draw the first N test images' predictions next to the truth."""
 import logging
 import os
+import re
 
 import torch
 
@@ -10,6 +11,7 @@ from .base import Hook
 from .train_val_logger import send_images
 
 log = logging.getLogger("up")
+EPOCH_PNG = re.compile(r"epoch_\d{3,}\.png")  # the grids' names: epoch_001.png, ...
 
 
 @HOOKS.register("visualize")
@@ -39,6 +41,13 @@ class Visualize(Hook):
         self.out_dir, self.logdir, self.tensorboard, self.min_side = out_dir, logdir, tensorboard, min_side
         self.evals = 0  # evaluations seen, so the interval survives a resume
         self._writer = None
+
+    @classmethod
+    def output_dirs(cls, kwargs):
+        dirs = [("out_dir", cls.configured(kwargs, "out_dir"), lambda name: EPOCH_PNG.fullmatch(name) is not None)]
+        if cls.configured(kwargs, "tensorboard"):
+            dirs.append(("logdir", cls.configured(kwargs, "logdir"), lambda name: name.startswith("events.out.tfevents.")))
+        return dirs
 
     def after_eval(self, trainer, metrics):
         self.evals += 1
