@@ -100,6 +100,25 @@ def test_faster_rcnn_settings_are_mapped():
     assert set(losses) == {"loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg"}
 
 
+def test_faster_rcnn_loss_weights_multiply_torchvision_losses():
+    # UP's faster_rcnn_r50_fpn_improve.yaml weighs bbox_post's losses 4.0 (cls) and 4.5 (loc)
+    with open(os.path.join(UP_DET, "faster_rcnn", "faster_rcnn_r50_fpn_improve.yaml")) as f:
+        post = yaml.safe_load(f)["net"][6]
+    weighted = up_net(FASTER)
+    weighted[6]["kwargs"]["cfg"]["cls_loss"] = post["kwargs"]["cfg"]["cls_loss"]
+    weighted[6]["kwargs"]["cfg"]["loc_loss"] = post["kwargs"]["cfg"]["loc_loss"]
+    weighted[3]["kwargs"]["cfg"]["loc_loss"]["kwargs"] = {"loss_weight": 2.0}  # the RPN's too
+    losses = {}
+    for name, net in (("plain", up_net(FASTER)), ("weighted", weighted)):
+        torch.manual_seed(0)
+        model = build_model(net).train()
+        torch.manual_seed(1)  # the same samplers' draws in both runs
+        losses[name] = model({"image": torch.randn(2, 3, 128, 160), "target": TARGETS})
+    ratio = {k: (losses["weighted"][k] / losses["plain"][k]).item() for k in losses["plain"]}
+    assert ratio == pytest.approx({"loss_classifier": 4.0, "loss_box_reg": 4.5, "loss_objectness": 1.0,
+                                   "loss_rpn_box_reg": 2.0}, rel=1e-6)
+
+
 def test_up_matcher_rules():
     iou = torch.tensor([[0.9, 0.45, 0.2, 0.5, 0.299],
                         [0.1, 0.0, 0.3, 0.51, 0.2985]])

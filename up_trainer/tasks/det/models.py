@@ -171,6 +171,8 @@ class DetectionModel(nn.Module):
         if self.training:
             targets = [{"boxes": t["boxes"], "labels": t["labels"]} for t in batch["target"]]
             losses = self.detector(images, targets)
+            weights = getattr(self.detector, "up_loss_weights", None) or {}  # a UP file's loss_weight
+            losses = {k: v * weights[k] if k in weights else v for k, v in losses.items()}
             return {(k if "loss" in k else f"loss_{k}"): v for k, v in losses.items()}
         if batch.get("target") is not None and self.kind in EVAL_LOSS_KINDS:  # evaluation: the val loss too
             from .eval_loss import detections_and_losses

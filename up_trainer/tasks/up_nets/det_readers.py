@@ -15,14 +15,16 @@ from .options import loss_weight, read_num_classes, typed_part
 
 
 def _fixed_loss(cfg, key, allowed, what):
-    """A Faster R-CNN loss: torchvision's own, so only UP's neutral settings are accepted."""
+    """A Faster R-CNN loss: torchvision's own, so only UP's neutral settings are accepted; its
+    ``loss_weight`` is returned (it multiplies torchvision's loss of that name)."""
     _, kw = typed_part(cfg, key, allowed, what)
-    loss_weight(kw, fixed_why="torchvision's Faster R-CNN losses are not weighted")
+    weight = loss_weight(kw)
     kw.take("class_dim", -1, only=-1)
     kw.take("ignore_index", -1, only=-1)
     kw.take("init_prior", 0.5, types=float)  # UP's bias init for a sigmoid classifier; the RPN's is zero
     kw.take("scale_type", "linear", only="linear")
     kw.done()
+    return weight
 
 
 def _anchors(cfg, strides):
@@ -158,8 +160,8 @@ def read_faster(opts, fpn, backbone):
 
     rpn_post.take("num_classes", 2, only=2)
     cfg = rpn_post.sub("cfg")
-    _fixed_loss(cfg, "cls_loss", ("sigmoid_cross_entropy",), "RPN classification loss")
-    _fixed_loss(cfg, "loc_loss", ("l1_loss",), "RPN localisation loss")
+    weights = {"loss_objectness": _fixed_loss(cfg, "cls_loss", ("sigmoid_cross_entropy",), "RPN classification loss"),
+               "loss_rpn_box_reg": _fixed_loss(cfg, "loc_loss", ("l1_loss",), "RPN localisation loss")}
     anchors = _anchors(cfg, fpn.out_strides)
     if anchors.num_anchors_per_location()[0] != num_anchors:
         raise ConfigError(rpn.at("num_anchors"), f"{num_anchors} but the anchor generator gives "
@@ -220,8 +222,9 @@ def read_faster(opts, fpn, backbone):
     bcfg.done(), box.done()
 
     post_cfg = box_post.sub("cfg")
-    _fixed_loss(post_cfg, "cls_loss", ("softmax_cross_entropy",), "box classification loss")
-    _fixed_loss(post_cfg, "loc_loss", ("l1_loss",), "box localisation loss")
+    weights["loss_classifier"] = _fixed_loss(post_cfg, "cls_loss", ("softmax_cross_entropy",),
+                                             "box classification loss")
+    weights["loss_box_reg"] = _fixed_loss(post_cfg, "loc_loss", ("l1_loss",), "box localisation loss")
     post_cfg.take("share_location", False, only=False)
     if _bbox_normalize(post_cfg) != (means, stds):
         raise ConfigError(post_cfg.at("bbox_normalize"), "differs from BboxFC_Pre's")
@@ -259,6 +262,7 @@ def read_faster(opts, fpn, backbone):
         bbox_reg_weights=tuple(1.0 / s for s in stds))
     det.rpn.proposal_matcher, det.roi_heads.proposal_matcher = rpn_matcher, box_matcher
     det.transform = prepared_transform()
+    det.up_loss_weights = {k: w for k, w in weights.items() if w != 1.0}  # UP's loss_weight per torchvision loss
     return det, n - 1
 
 
