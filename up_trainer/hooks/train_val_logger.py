@@ -14,6 +14,7 @@ from typing import Optional, Union
 from ..errors import ConfigError
 from ..registry import HOOKS
 from ..writers.fanout import FanOutWriter, writer_specs
+from ..writers.guarded import KeptWriter
 from ..writers.run_files import RunFileError
 from .base import Hook
 from .log_measures import PHASES, PhaseTimer, as_number, fmt_seconds, hms, is_number, loss_values, max_memory_mb
@@ -125,7 +126,8 @@ class TrainValLogger(Hook):
             except Exception as exc:  # the writer that could not start is the error to report
                 log.warning("closing the writers already open failed as well: %s", exc)
             raise
-        return opened[0][1] if len(opened) == 1 else FanOutWriter(opened)
+        kept = [(name, KeptWriter(name, writer)) for name, writer in opened]  # a failure later is a warning
+        return kept[0][1] if len(kept) == 1 else FanOutWriter(kept)
 
     def add_image(self, tag, image, step):
         """A picture a hook drew (eval_insight, visualize) for the writers that show hooks'
