@@ -127,7 +127,7 @@ def test_csv_label_out_of_range_and_missing_image(tmp_path):
     from hostile_helpers import tiny_cfg
 
     Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
-    (tmp_path / "list.csv").write_text("path,label\na.png,1\na.png,4\n")
+    (tmp_path / "list.csv").write_text("path,label\na.png,1\nb.png,4\n")
     cfg = tiny_cfg()
     cfg["dataset"]["train"] = {"type": "csv", "kwargs": {"csv_file": str(tmp_path / "list.csv"),
                                                          "classes": ["x", "y", "z"]}}
@@ -136,6 +136,31 @@ def test_csv_label_out_of_range_and_missing_image(tmp_path):
     (tmp_path / "list.csv").write_text("path,label\na.png,y\nb.png,x\n")
     result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run"])
     assert_one_line(result, "list.csv:3: image not found")
+
+
+def test_csv_one_image_under_two_labels(tmp_path):
+    from PIL import Image
+
+    from hostile_helpers import tiny_cfg
+
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8)).save(tmp_path / name)
+    (tmp_path / "list.csv").write_text("path,label\na.png,x\nb.png,y\n./a.png,z\n")
+    cfg = tiny_cfg()
+    cfg["dataset"]["train"] = {"type": "csv", "kwargs": {"csv_file": str(tmp_path / "list.csv")}}
+    result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run"])
+    assert_one_line(result, "list.csv:4: ./a.png is labelled 'z' here and 'x' at line 2")
+
+
+def test_csv_repeated_line_is_read_once(tmp_path):
+    from PIL import Image
+
+    from up_trainer.tasks.cls.csv_dataset import CsvClassification
+
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8)).save(tmp_path / name)
+    (tmp_path / "list.csv").write_text("path,label\na.png,x\nb.png,y\na.png,x\n")
+    assert len(CsvClassification(str(tmp_path / "list.csv"))) == 2
 
 
 def test_convert_refuses_its_input_and_existing_files(tmp_path):

@@ -3,9 +3,12 @@
 holds a tab, else a comma. Labels are class names or integer class indices (0-based), not
 a mix. Paths are relative to ``image_dir`` (default: the CSV's folder)."""
 import csv
+import logging
 import os
 
 from ...errors import DataError
+
+log = logging.getLogger("up")
 
 
 def read_rows(csv_file, path_column="path", label_column="label"):
@@ -38,7 +41,29 @@ def read_rows(csv_file, path_column="path", label_column="label"):
         raise DataError(f"{csv_file}: malformed CSV: {exc}") from None
     if not rows:
         raise DataError(f"{csv_file}: no rows after the header")
-    return rows
+    return without_repeats(rows, csv_file)
+
+
+def without_repeats(rows, csv_file):
+    """``rows`` with each image once. One image under two labels is refused (naming both
+    lines: a single-label classifier cannot learn both, and the run would not say so); the
+    same image and label listed again is dropped with a warning (it would be drawn twice as
+    often as the others)."""
+    first, kept, repeats = {}, [], []
+    for path, label, lineno in rows:
+        key = os.path.normpath(path)
+        if key not in first:
+            first[key] = (label, lineno)
+            kept.append((path, label, lineno))
+        elif first[key][0] != label:
+            raise DataError(f"{csv_file}:{lineno}: {path} is labelled {label!r} here and {first[key][0]!r} at line "
+                            f"{first[key][1]} (one label per image: remove one of the two lines)")
+        else:
+            repeats.append(lineno)
+    if repeats:
+        log.warning("%s: %d line(s) repeat an earlier image with the same label (line %s, ...): each image is "
+                    "read once", csv_file, len(repeats), repeats[0])
+    return kept
 
 
 def is_int(text):
