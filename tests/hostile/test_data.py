@@ -28,6 +28,13 @@ def test_det_net_with_fewer_classes_than_the_data(tmp_path):
     assert fingerprint(tmp_path / "checkpoints") == {}
 
 
+def test_digit_scenes_without_any_digit(tmp_path):
+    result = invoke(["train", "--config", DIGITS_DET, "--work-dir", tmp_path, "--opts",
+                     "dataset.train.kwargs.digits_per_image=[0, 0]"])
+    assert_one_line(result, "digits_per_image: expected [min, max] with 0 <= min <= max and max >= 1")
+    assert fingerprint(tmp_path / "checkpoints") == {}
+
+
 # -- files on disk -----------------------------------------------------------------------------------
 def png_header_only(path, width, height):
     """A PNG whose header claims width x height (a few bytes on disk): Pillow reads the size

@@ -79,8 +79,9 @@ class DigitsDetection(DetDataset):
         if split not in SPLITS or num_images < 1:
             raise ConfigError("split" if split not in SPLITS else "num_images",
                               f"split must be one of {', '.join(SPLITS)} and num_images >= 1")
-        if len(digits_per_image) != 2 or not 0 <= digits_per_image[0] <= digits_per_image[1]:
-            raise ConfigError("digits_per_image", f"expected [min, max] with 0 <= min <= max, got {digits_per_image}")
+        if len(digits_per_image) != 2 or not 0 <= digits_per_image[0] <= digits_per_image[1] or digits_per_image[1] < 1:
+            raise ConfigError("digits_per_image", f"expected [min, max] with 0 <= min <= max and max >= 1 (scenes with "
+                              f"no digit at all teach a detector nothing), got {digits_per_image}")
         if len(scale_range) != 2 or not 4 <= scale_range[0] <= scale_range[1] <= canvas_size:
             raise ConfigError("scale_range", f"expected [min, max] digit sizes in pixels with 4 <= min <= max <= "
                               f"canvas_size ({canvas_size}), got {scale_range}")
