@@ -204,6 +204,7 @@ MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det
                              "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.atss"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
+                                "up_trainer.tasks.det.lvis_dataset",
                                 "up_trainer.tasks.cls.csv_dataset"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator",
                                     "up_trainer.tasks.det.lvis_evaluator"])
