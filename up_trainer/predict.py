@@ -64,7 +64,11 @@ def load_model(cfg, checkpoint, device, use_ema=True):
     except CheckpointError:
         weights = load_weights(checkpoint)
     load_fitting_weights(model, weights, checkpoint)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
+    if callable(fuse):
+        fuse()
+    return model
 
 
 def test_dataset(cfg):

@@ -133,8 +133,8 @@ def noaug(**kwargs):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"no_aug_epoch": 300}, "hooks[0].kwargs.no_aug_epoch: must be between 1 and max_epoch - 1 = 299, got 300"),
-    ({"no_aug_epoch": 0, "max_epoch": 10}, "no_aug_epoch: must be between 1 and max_epoch - 1 = 9, got 0"),
+    ({"no_aug_epoch": 300}, "hooks[0].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 299, got 300"),
+    ({"no_aug_epoch": -1, "max_epoch": 10}, "no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 9, got -1"),
     ({"max_epoch": 1}, "hooks[0].kwargs.max_epoch: must be >= 2, got 1"),
     ({"test_freq": 0}, "hooks[0].kwargs.test_freq: must be >= 1, got 0"),
     ({"transformer": []}, "hooks[0].kwargs.transformer: expected the training pipeline"),
@@ -152,7 +152,7 @@ def test_cli_refuses_bad_kwargs_and_lists_the_hook_once_per_run(tmp_path, run_up
     cfg["hooks"][1]["kwargs"]["no_aug_epoch"] = 4
     res = train(run_up, tmp_path, "bad", cfg, code=2)
     assert res.stderr.strip().splitlines() == [
-        "up: error: hooks[1].kwargs.no_aug_epoch: must be between 1 and max_epoch - 1 = 3, got 4"]
+        "up: error: hooks[1].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 3, got 4"]
     res = run_up(["hooks", "yolox_noaug"])
     assert res.exit_code == 0 and "yolox_noaug  priority VERY_HIGH (10), one per run" in res.stdout
     assert "transformer: required" in res.stdout and "no_aug_epoch: 15" in res.stdout

@@ -49,7 +49,9 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/retinanet/retinanet-r18-improve_ota.yaml",
                     "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
-                    "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml")
+                    "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml",
+                    "det/efl/efl_improved_baseline_*.yaml",
+                    "det/yolov6/*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (docs/up/, Coming from
@@ -82,7 +84,8 @@ BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-
 # YOLOX-m/l/x under the RetinaNet post-process: 60-245 s a dry run at load 10 (they passed when
 # added); the n/t/s files run the same code.
 BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for a in (1, 2)}
-BIG |= {"det/efl/efl_oids_r101_2x_random.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 file runs the same code
+BIG |= {"det/efl/efl_oids_r101_2x_random.yaml",
+        "det/efl/efl_improved_baseline_r101_2x_rfs.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 files run the same code
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 
@@ -110,7 +113,9 @@ def up_data(tmp_path_factory):
         (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
     (root / "cls_freq.json").write_text(json.dumps([150] * 3 + [50] * 3 + [5] * 994))  # images per class
     coco = export_digits_coco(str(root / "coco"), num_images=6, num_val_images=4, seed=0)
-    return {"root": str(root), "coco": coco}
+    from lvis_fixtures import digits_lvis  # UP's lvisv1 files: the same kind of scenes as LVIS v1 files
+
+    return {"root": str(root), "coco": coco, "lvis": digits_lvis(str(root / "lvis"), num_images=6, num_val_images=4)}
 
 
 def data_opts(rel, data):
@@ -133,7 +138,8 @@ def data_opts(rel, data):
             if "cls_freq" in (kwargs.get("evaluator") or {}).get("kwargs", {}):  # imagenet_lt's class counts
                 opts.append(f"{pre}.evaluator.kwargs.cls_freq={data['root']}/cls_freq.json")
         else:
-            ann, img_dir = data["coco"]["train" if split == "train" else "val"]
+            form = "lvis" if entry["dataset"]["type"] == "lvisv1" else "coco"
+            ann, img_dir = data[form]["train" if split == "train" else "val"]
             opts += [f"{pre}.meta_file={ann}", f"{pre}.image_reader.kwargs.image_dir={img_dir}"]
             if "gt_file" in (kwargs.get("evaluator") or {}).get("kwargs", {}):
                 opts.append(f"{pre}.evaluator.kwargs.gt_file={ann}")

@@ -31,7 +31,7 @@ log = logging.getLogger("up")
 class YoloxNoAug(Hook):
     """From epoch max_epoch - no_aug_epoch + 1: plain training pipeline, L1 loss, own test/save frequency.
 
-    no_aug_epoch: the last epochs trained with `transformer` (UP's default 15).
+    no_aug_epoch: the last epochs trained with `transformer` (UP's default 15; 0: never switches).
     max_epoch: the epoch count the switch is counted back from (UP's files give trainer.max_epoch).
     transformer: the training pipeline of the last epochs (list of {type, kwargs}).
     test_freq: evaluate every test_freq epochs after the switch.
@@ -49,8 +49,8 @@ class YoloxNoAug(Hook):
 
         if max_epoch < 2:
             raise ConfigError("max_epoch", f"must be >= 2, got {max_epoch}")
-        if not 1 <= no_aug_epoch < max_epoch:
-            raise ConfigError("no_aug_epoch", f"must be between 1 and max_epoch - 1 = {max_epoch - 1}, "
+        if not 0 <= no_aug_epoch < max_epoch:  # 0: the switch never comes (UP's _v6aug files; UP's hook too)
+            raise ConfigError("no_aug_epoch", f"must be between 0 (never) and max_epoch - 1 = {max_epoch - 1}, "
                               f"got {no_aug_epoch}")
         for key, value in (("test_freq", test_freq), ("save_freq", save_freq)):
             if value < 1:
@@ -95,7 +95,9 @@ class YoloxNoAug(Hook):
         if not hasattr(self._model(trainer), "use_l1"):
             log.warning("yolox_noaug: the model (%s) has no use_l1 attribute: the switch changes the pipeline "
                         "and frequencies only", type(self._model(trainer)).__name__)
-        if self.switch_epoch > trainer.max_epoch:
+        if self.no_aug_epoch == 0:
+            log.info("yolox_noaug: no_aug_epoch 0, every epoch trains on the configured pipeline")
+        elif self.switch_epoch > trainer.max_epoch:
             log.warning("yolox_noaug: the switch comes at epoch %d (max_epoch %d - no_aug_epoch %d + 1), after "
                         "this run's last epoch %d: it never happens", self.switch_epoch, self.max_epoch,
                         self.no_aug_epoch, trainer.max_epoch)

@@ -19,6 +19,9 @@ Three shapes are mapped:
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`);
 * the same backbone, neck and head + ``retina_post_iou`` (UP's ``yolox_*_ret_*`` files) ->
   :class:`up_trainer.tasks.det.atss.RetinaPlusModel` (:mod:`.yolox_retina_net`).
+* YOLOv6: ``EfficientRep`` + ``RepPANNeck`` + ``Effidehead`` + ``retina_post_iou`` ->
+  :class:`up_trainer.tasks.det.atss.RetinaPlusModel` on :mod:`up_trainer.tasks.det.yolov6`
+  (:mod:`.yolov6_net`).
 
 Every kwarg is honoured or refused in one line; UP types we do not map are refused with what
 to use instead (:mod:`.refused`). :func:`check_up_net` does all of this without building
@@ -33,13 +36,14 @@ CLS_PARTS = ("base_cls_head", "base_cls_postprocess")
 RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
 FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
 YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
+YOLOV6_PARTS = ("EfficientRep", "RepPANNeck", "Effidehead", "retina_post_iou")
 FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
-CLS_HEADS = ("base_cls_head", "vit_head")
+CLS_HEADS = ("base_cls_head", "vit_head", "convnext_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
 PLUS_POSTS = ("retina_post", "retina_post_iou")
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS + TWO_STAGE_TYPES)
+                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS)
 
 
 def _up_backbones():
@@ -94,6 +98,8 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
+    if types == YOLOV6_PARTS:
+        return "yolov6"
     yolox_retina = len(types) == 4 and types[1:3] == YOLOX_PARTS[:2] and types[3] in PLUS_POSTS
     if types[1:] == YOLOX_PARTS or yolox_retina:
         from .yolox_net import RESNETS, backbone_types
@@ -131,7 +137,8 @@ def _shape(net_cfg, path):
                       "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; resnet + NaiveRPN + rpn_post + "
                       "BboxRes5_Pre + BboxRes5 + bbox_post; resnet + NaiveRPN + retina_post + BboxRFCN_Pre + "
                       "BboxRFCN + bbox_post; resnet + FPN + NaiveRPN + rpn_post + CascadeFC; "
-                      "yolox_* + YoloxPAFPN + YoloXHead + yolox_post|retina_post_iou")
+                      "yolox_* + YoloxPAFPN + YoloXHead + yolox_post|retina_post_iou; EfficientRep + RepPANNeck + "
+                      "Effidehead + retina_post_iou")
 
 
 def build_up_net(net_cfg, path="net"):
@@ -150,6 +157,10 @@ def build_up_net(net_cfg, path="net"):
         from .yolox_retina_net import build_yolox_retina_net
 
         return build_yolox_retina_net(net_cfg, path)
+    if shape == "yolov6":
+        from .yolov6_net import build_yolov6_net
+
+        return build_yolov6_net(net_cfg, path)
     if shape == "fcos":
         from .fcos_net import build_fcos_net
 

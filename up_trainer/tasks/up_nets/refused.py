@@ -3,18 +3,11 @@ what the type is in UP and what to use instead (exit 2), never silently approxim
 from ...errors import ConfigError, join_path
 
 _RETINA = "the UP RetinaNet form (RetinaSubNet + retina_post) or net: {type: retinanet}"
-_YOLOX = "the UP YOLOX form (yolox_* + YoloxPAFPN + YoloXHead + yolox_post) or net: {type: yolox}"
-_CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m or swin_*"
+_CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m, swin_*, convnext_* or CSWin_*"
 
 # type -> (what it is in UP, what we offer instead)
 REFUSED = {
     # -- classification backbones / heads ----------------------------------------------------
-    "convnext_tiny": ("ConvNeXt-T backbone", "net: {type: convnext_tiny} (torchvision ConvNeXt-T classifier)"),
-    "convnext_small": ("ConvNeXt-S backbone", "net: {type: convnext_small} (torchvision ConvNeXt-S classifier)"),
-    "convnext_head": ("ConvNeXt's LayerNorm classification head", "net: {type: convnext_tiny|small|base|large}"),
-    "CSWin_64_12211_tiny_224": ("CSWin-T transformer backbone", "swin_tiny (UP form) or net: {type: swin_t}"),
-    "CSWin_64_24322_small_224": ("CSWin-S transformer backbone", "swin_small (UP form) or net: {type: swin_s}"),
-    "CSWin_96_24322_base_224": ("CSWin-B transformer backbone", "swin_base_224 (UP form) or net: {type: swin_b}"),
     "fpn_cls_head": ("classification head on FPN levels (multitask)", _CLS),
     "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
@@ -27,9 +20,6 @@ REFUSED = {
     "DarknetPAFPN": ("YOLOv5 PAFPN neck", "FPN (UP form)"),
     "YoloV5Head": ("YOLOv5 anchor head", _RETINA),
     "yolov5_post": ("YOLOv5 loss and post-process", _RETINA),
-    "EfficientRep": ("YOLOv6 EfficientRep backbone", "resnet18/34/50 (UP form)"),
-    "RepPANNeck": ("YOLOv6 Rep-PAN neck", "FPN (UP form)"),
-    "Effidehead": ("YOLOv6 efficient decoupled head", _YOLOX),
     "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
                             "RetinaHeadWithBN (UP form: convs shared across levels)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),

@@ -3,6 +3,7 @@
 - ``random_perspective_yolox`` {degrees, translate, scale, shear, perspective, fill_color,
   border, max_try, clip_box}: one random affine (or projective) warp; boxes follow through
   their 4 corners, are clipped to the output and filtered by :func:`box_candidates`.
+- ``random_perspective`` {the same kwargs}: UP's YOLOv5 form of the same warp (``scale`` one number).
 - ``augment_hsv`` {hgain, sgain, vgain, color_mode}: random gains on hue, saturation, value.
 - ``custom_to_tensor`` {norm_image}: UP's to-tensor for OpenCV images; here the pipeline's final
   conversion (:mod:`up_trainer.data.model_input` folds it into the model-input step).
@@ -188,6 +189,21 @@ class RandomPerspectiveYolox:
     def __repr__(self):
         return (f"RandomPerspectiveYolox(degrees={self.degrees}, translate={self.translate}, scale={self.scale}, "
                 f"shear={self.shear}, border={self.border})")
+
+
+@TRANSFORMS.register("random_perspective")
+class RandomPerspective(RandomPerspectiveYolox):
+    """UP's ``random_perspective`` (its YOLOv5 affine, also in the YOLOv6 ``_v6aug`` files), of
+    which UP's YOLOX class is a subclass: the same warp with ``scale`` one number s (scale drawn
+    from U(1 - s, 1 + s)) and the ``perspective`` tilt in the matrix."""
+
+    def __init__(self, degrees: float = 0.0, translate: float = 0.1, scale: float = 0.5, shear: float = 0.0,
+                 perspective: float = 0.0, fill_color: object = 0, border: list = (0, 0), max_try: int = 1,
+                 clip_box: bool = True):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < 1:
+            raise ConfigError("scale", f"expected one number s in [0, 1) (scale drawn from U(1 - s, 1 + s)), got "
+                              f"{scale!r}", "a [min, max] range is random_perspective_yolox's")
+        super().__init__(degrees, translate, scale, shear, perspective, fill_color, border, max_try, clip_box)
 
 
 def rgb_to_hsv(image):

@@ -1,0 +1,167 @@
+"""UP's YOLOv6 files (``configs/det/yolov6/yolox_v6{n,t,s}_ret_a2_comloc_400e_640x640*.yaml``):
+``EfficientRep`` + ``RepPANNeck`` + ``Effidehead`` + ``retina_post_iou`` ->
+:class:`up_trainer.tasks.det.atss.RetinaPlusModel` on the parts of
+:mod:`up_trainer.tasks.det.yolov6`, the post-process read as UP's improved RetinaNet's
+(:mod:`.atss_net`), as for the YOLOX parts under it (:mod:`.yolox_retina_net`):
+
+- the head's ``anchors`` per grid point must equal ``anchor_ratios`` x ``anchor_scales``; its
+  maps are class logits (class-major), box deltas and the IoU-branch logit (the objectness conv);
+- the model sees 0-255 pixels, as UP's (``custom_to_tensor``; ``norm_image: true`` gives 0-1);
+- UP's parameter names are the model's own (``backbone.ERBlock_2.0.rbr_dense.conv.weight``,
+  ``roi_head.cls_preds.0.bias``, ...): UP-trained weights load as they are.
+
+Export writes the re-parameterised form (each RepVGG block one 3x3 conv,
+:func:`up_trainer.tasks.det.yolov6.fuse_rep_blocks`).
+"""
+from functools import partial
+
+from torch import nn
+
+from ...errors import ConfigError, join_path
+from .atss_net import efl_module, read_post
+from .options import entry_options, sub_options
+from .yolox_net import read_norm
+from .yolox_retina_net import PIXELS_255
+
+PARTS = ("EfficientRep", "RepPANNeck", "Effidehead")
+ACTS = {"relu": nn.ReLU, "silu": nn.SiLU, "leakyrelu": partial(nn.LeakyReLU, 0.1), "hardswish": nn.Hardswish}
+BASE = dict(depth_multiple=0.33, width_multiple=0.25, backbone_base_repeats=[1, 6, 12, 18, 6],
+            backbone_base_channels=[64, 128, 256, 512, 1024], neck_base_repeats=[12, 12, 12, 12],
+            neck_base_channels=[256, 128, 128, 256, 256, 512])  # UP's defaults
+LENGTHS = dict(backbone_base_repeats=5, backbone_base_channels=5, neck_base_repeats=4, neck_base_channels=6)
+
+
+def _act(opts, default):
+    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": default})
+    key = str(kind).lower().replace("_", "")
+    if key not in ACTS:
+        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for YOLOv6",
+                          "supported: ReLU, Silu, LeakyReLU, Hardswish")
+    kw.ignore("inplace", "no effect on the values")
+    kw.done()
+    return ACTS[key]
+
+
+def _norm(opts):
+    norm = read_norm(opts)
+    return norm, partial(nn.BatchNorm2d, eps=norm.eps, momentum=norm.momentum)
+
+
+def _sizes(opts):
+    """UP's net_info inputs: the multipliers and base lists (each part repeats them)."""
+    out = {}
+    for key, default in BASE.items():
+        if key.endswith("multiple"):
+            out[key] = opts.take(key, default, types=float, check=lambda v: None if v > 0 else "must be > 0")
+        else:
+            n = LENGTHS[key]
+            out[key] = opts.take(key, default, types=list, check=lambda v, n=n: None if len(v) == n and all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v) else
+                f"expected {n} integers >= 1")
+    return out
+
+
+def read_backbone(opts):
+    from ..det.yolov6 import EfficientRep, net_info
+
+    sizes = _sizes(opts)
+    opts.take("out_layers", [2, 3, 4], types=list, only=[2, 3, 4], why="RepPANNeck reads stages 2, 3 and 4")
+    opts.take("out_strides", [8, 16, 32], types=list, only=[8, 16, 32], why="the strides of stages 2, 3, 4")
+    opts.ignore("inplanes", "UP's EfficientRep does not read it")
+    in_channels = opts.take("input_channels", 3, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
+    norm, bn = _norm(opts)
+    act = _act(opts, "ReLU")
+    opts.done()
+    channels, repeats = net_info(**sizes)
+    return EfficientRep(channels, repeats, in_channels, norm=bn, act=act), sizes, norm
+
+
+def read_neck(opts, backbone_sizes):
+    from ..det.yolov6 import RepPANNeck, net_info
+
+    sizes = _sizes(opts)
+    for key, value in sizes.items():
+        if value != backbone_sizes[key]:
+            raise ConfigError(opts.at(key), f"{value} differs from the backbone's {backbone_sizes[key]}",
+                              "the neck's channels follow the backbone's: give both the same")
+    opts.ignore("inplanes", "UP's RepPANNeck computes its input channels from the multiples")
+    opts.take("out_strides", [8, 16, 32], types=list, only=[8, 16, 32], why="the three levels' strides")
+    norm, bn = _norm(opts)
+    act = _act(opts, "ReLU")
+    opts.done()
+    return RepPANNeck(*net_info(**sizes), norm=bn, act=act), norm
+
+
+def read_head(opts, planes):
+    from ..det.yolov6 import Effidehead
+
+    num_classes = opts.take("num_classes", 81, types=int,
+                            check=lambda v: None if v >= 2 else "counts the background too: at least 2")
+    anchors = opts.take("anchors", 1, types=int, check=lambda v: None if v >= 1 else
+                        "anchors per grid point: an integer >= 1 (UP's anchor lists are not mapped)")
+    opts.take("num_layers", 3, types=int, only=3, why="the neck's three levels")
+    opts.take("inplanes", planes, types=list, only=planes, why="the neck's output channels")
+    opts.take("stride", [8, 16, 32], types=list, only=[8, 16, 32], why="the neck's strides (UP does not read it)")
+    opts.take("class_activation", "sigmoid", types=str, only="sigmoid", why="retina_post_iou scores with sigmoids")
+    prior = opts.take("prior_prob", 0.01, types=float, check=lambda v: None if 0 < v < 1 else "must be in (0, 1)")
+    norm, bn = _norm(opts)
+    act = _act(opts, "Silu")
+    opts.done()
+    head = Effidehead(num_classes - 1, planes, anchors, prior, norm=bn, act=act)
+    return head, num_classes, norm
+
+
+def _rep_model_class():
+    from ..det.atss import RetinaPlusModel
+    from ..det.yolov6 import fuse_rep_blocks
+
+    class RepRetinaPlusModel(RetinaPlusModel):
+        """The ATSS RetinaNet on YOLOv6's parts; :meth:`fuse_for_inference` turns its RepVGG
+        blocks into single convolutions (what predict and export run)."""
+
+        def fuse_for_inference(self):
+            if self.training:
+                raise RuntimeError("fuse_for_inference needs eval mode (the BatchNorms' running statistics)")
+            return fuse_rep_blocks(self)
+
+    return RepRetinaPlusModel
+
+
+def build_yolov6_net(net_cfg, path):
+    from ..det.atss import RetinaPlusCriterion, RetinaPlusPredictor, box_coder
+    from .det_parts import up_cell_anchors
+
+    opts = entry_options(net_cfg, path)
+    backbone, sizes, bb_norm = read_backbone(opts[0])
+    neck, neck_norm = read_neck(opts[1], sizes)
+    head, num_classes, head_norm = read_head(opts[2], list(neck.out_channels))
+    for norm in (neck_norm, head_norm):
+        if norm.sync != bb_norm.sync:
+            raise ConfigError(norm.path, "differs from the backbone's normalize in sync_bn",
+                              "one batch-norm kind (solo_bn or sync_bn) serves the whole YOLOv6 net")
+    post = read_post(net_cfg[3]["type"], opts[3], num_classes, True, join_path(join_path(path, 3), "type"))
+    anchors = len(post["ratios"]) * len(post["scales"])
+    if anchors != head.num_point:
+        raise ConfigError(opts[2].at("anchors"), f"{head.num_point} but anchor_ratios x anchor_scales give {anchors}")
+    strides = list(backbone.out_strides)
+    coder = box_coder()
+    criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
+                                    post["l1_weight"], True, post["iou_weight"],
+                                    cls_loss=efl_module(post, num_classes, len(strides)))
+    cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in strides]
+    mean, std = PIXELS_255
+    model = _rep_model_class()(backbone, neck, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
+                               strides, cells, class_first=post["class_first"], image_mean=mean, image_std=std,
+                               neck_takes_list=True)
+    model.num_classes_counts_background = True
+    model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
+    model.sync_bn_group_size = bb_norm.sync
+    model.up_part_names = [e["name"] for e in net_cfg]
+    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3])
+    return model
+
+
+def translate_up_weights(state, names):
+    """UP's entry names for backbone, neck, head -> the model's; the rest of each name is UP's already."""
+    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ("backbone", "neck", "roi_head")) if up != own}
+    return {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}
