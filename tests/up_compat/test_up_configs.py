@@ -50,7 +50,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/retinanet/retinanet-r18_mosiac_cos_ema_iou.yaml", "det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml",
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
                     "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml",
-                    "det/efl/efl_improved_baseline_*.yaml",
+                    "det/efl/efl_improved_baseline_*.yaml", "det/efl/efl_yolox_*.yaml", "det/efl/eqfl_yolox_*.yaml",
                     "det/yolov6/*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
@@ -86,6 +86,7 @@ BIG |= {"det/faster_rcnn/faster_rcnn_r50_C4_1x.yaml", "det/cascade_rcnn/cascade-
 BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for a in (1, 2)}
 BIG |= {"det/efl/efl_oids_r101_2x_random.yaml",
         "det/efl/efl_improved_baseline_r101_2x_rfs.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 files run the same code
+BIG |= {"det/efl/efl_yolox_medium.yaml", "det/efl/eqfl_yolox_medium.yaml"}  # YOLOX-m; the small files run the same code
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 

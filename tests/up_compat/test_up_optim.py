@@ -70,10 +70,26 @@ def test_yolov5_groups():
     assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 1e-4, 0.0, 1e-4]
 
 
+def test_yolov5_except_groups_decay_the_except_modules_biases():
+    """UP's yolov5_except: YOLOv5's groups, but module 4 (the Linear) keeps its bias with its
+    weight, under weight decay; three groups (UP's), nothing else."""
+    model = net()
+    opt = build_optimizer(model, {"type": "SGD", "register_type": "yolov5_except",
+                                  "kwargs": {"lr": 0.1, "weight_decay": 1e-4, "except_keys": ["4"]}})
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = [[names[id(p)] for p in g["params"]] for g in opt.param_groups]
+    assert groups == [["1.weight"], ["0.weight", "2.weight", "3.weight", "4.weight", "4.bias", "5.weight"],
+                      ["0.bias", "1.bias", "3.bias", "5.bias"]]
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 1e-4, 0.0]
+    assert "except_keys" not in opt.defaults
+
+
 @pytest.mark.parametrize("extra, match", [
     ({"register_type": "yolov6"}, r"register_type: unknown 'yolov6'"),
-    ({"register_type": "yolov5_except", "kwargs": {"except_keys": []}},
-     r"register_type: yolov5_except is UP's optimizer for YOLOX"),
+    ({"register_type": "yolov5_except", "kwargs": {"lr": 0.1, "weight_decay": 1e-4, "except_keys": ["9"]}},
+     r"kwargs\.except_keys: the model has no module '9'"),
+    ({"register_type": "yolov5_except", "kwargs": {"lr": 0.1, "weight_decay": 1e-4, "except_keys": "4"}},
+     r"kwargs\.except_keys: expected a list of module names"),
     ({"register_type": "yolov5", "pconfig": {"nodecay": ["x"]}}, "makes its own groups"),
     ({"pconfig": {"bn_w": {"type": "gamma", "kwargs": {}}}}, r"pconfig\.bn_w\.type: expected weight or bias"),
     ({"pconfig": {"conv_b": {"type": "bias", "kwargs": {}}}}, "UP's pconfig has no 'conv' kind"),

@@ -44,22 +44,28 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
         key = sorted(extra)[0]
         raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, keys))
     register = cfg.get("register_type", "base")
-    if register == "yolov5_except":
-        raise ConfigError(f"{path}.register_type", "yolov5_except is UP's optimizer for YOLOX with equalized focal "
-                          "loss (YOLOv5 groups minus the except_keys heads), which up-trainer does not provide",
-                          "YOLOX heads are not mapped (docs/optimization.rst); register_type yolov5 for the groups")
-    if register not in ("base", "yolov5"):
+    if register not in ("base", "yolov5", "yolov5_except"):
         raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
-                          "base (groups from pconfig / paramwise_cfg) or yolov5 (YOLOv5's four groups)")
+                          "base (groups from pconfig / paramwise_cfg), yolov5 (YOLOv5's four groups) or "
+                          "yolov5_except (YOLOv5's groups, except_keys modules' biases decayed)")
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
+    if register == "yolov5_except":
+        from .up_param_groups import yolov5_except_param_groups
+
+        if cfg.get("pconfig") or cfg.get("paramwise_cfg"):
+            raise ConfigError(f"{path}.register_type", "yolov5_except makes its own groups",
+                              "remove pconfig / paramwise_cfg, or use register_type: base")
+        groups = yolov5_except_param_groups(model, kwargs, f"{path}.kwargs")  # pops except_keys
     check_numbers(kwargs, f"{path}.kwargs")
     check_numbers(cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg")
     pconfig = cfg.get("pconfig")
     if isinstance(pconfig, dict):  # nodecay holds name substrings, not numbers
         check_numbers({k: v for k, v in pconfig.items() if k != "nodecay"}, f"{path}.pconfig")
     check_kwargs(cls, kwargs, f"{path}.kwargs", provided={"params"})
-    if register == "yolov5":
+    if register == "yolov5_except":
+        pass
+    elif register == "yolov5":
         from .up_param_groups import yolov5_param_groups
 
         if cfg.get("pconfig") or cfg.get("paramwise_cfg"):

@@ -139,3 +139,41 @@ def yolov5_param_groups(model, optimizer_kwargs, path):
     for _, p in model.named_parameters():
         put(3, p)
     return groups
+
+
+def yolov5_except_param_groups(model, optimizer_kwargs, path):
+    """UP's ``yolov5_except`` (its equalized-focal-loss YOLOX recipes): YOLOv5's groups, except
+    that the modules named in ``except_keys`` (popped from the kwargs) keep their bias with their
+    weight, under weight decay. As UP, a parameter that is neither a module's ``weight`` nor its
+    ``bias`` is in no group (not trained)."""
+    except_keys = optimizer_kwargs.pop("except_keys", [])
+    if not isinstance(except_keys, list) or not all(isinstance(k, str) for k in except_keys):
+        raise ConfigError(f"{path}.except_keys", f"expected a list of module names, got {except_keys!r}")
+    if "weight_decay" not in optimizer_kwargs:
+        raise ConfigError(f"{path}.weight_decay", "register_type yolov5_except needs the optimizer's weight_decay")
+    modules = dict(model.named_modules())
+    for key in except_keys:
+        if key not in modules:
+            raise ConfigError(f"{path}.except_keys", f"the model has no module {key!r}")
+        if not isinstance(getattr(modules[key], "weight", None), nn.Parameter):
+            raise ConfigError(f"{path}.except_keys", f"module {key!r} has no weight")
+    groups = [{"params": [], "weight_decay": 0.0}, {"params": [], "weight_decay": optimizer_kwargs["weight_decay"]},
+              {"params": [], "weight_decay": 0.0}]
+    placed = set()
+
+    def put(i, p):
+        if p.requires_grad and id(p) not in placed:
+            placed.add(id(p))
+            groups[i]["params"].append(p)
+
+    for name, m in modules.items():
+        bias = getattr(m, "bias", None)
+        if isinstance(bias, nn.Parameter) and name not in except_keys:
+            put(2, bias)
+        if isinstance(m, nn.BatchNorm2d):
+            put(0, m.weight)
+        elif isinstance(getattr(m, "weight", None), nn.Parameter):
+            put(1, m.weight)
+            if name in except_keys and isinstance(bias, nn.Parameter):
+                put(1, bias)
+    return groups
