@@ -98,8 +98,11 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
-    if types == YOLOV6_PARTS:
-        return "yolov6"
+    if types[0] == YOLOV6_PARTS[0]:
+        if len(types) == 4 and types[1:3] == YOLOV6_PARTS[1:3] and types[3] in PLUS_POSTS:
+            return "yolov6"  # retina_post is refused in one line by the post-process reader
+        raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
+                          f"YOLOv6 is mapped as {' + '.join(YOLOV6_PARTS)}")
     yolox_retina = len(types) == 4 and types[1:3] == YOLOX_PARTS[:2] and types[3] in PLUS_POSTS
     if types[1:] == YOLOX_PARTS or yolox_retina:
         from .yolox_net import RESNETS, backbone_types

@@ -47,17 +47,21 @@ def _norm(opts):
     return norm, partial(nn.BatchNorm2d, eps=norm.eps, momentum=norm.momentum)
 
 
+MAX_MULTIPLE, MAX_BASE = 16.0, 8192  # far above any YOLOv6 (L: 1.0 / 1024); beyond, a typo, not a network
+
+
 def _sizes(opts):
     """UP's net_info inputs: the multipliers and base lists (each part repeats them)."""
     out = {}
     for key, default in BASE.items():
         if key.endswith("multiple"):
-            out[key] = opts.take(key, default, types=float, check=lambda v: None if v > 0 else "must be > 0")
+            out[key] = opts.take(key, default, types=float, check=lambda v: None if 0 < v <= MAX_MULTIPLE else
+                                 f"must be in (0, {MAX_MULTIPLE:g}]")
         else:
             n = LENGTHS[key]
             out[key] = opts.take(key, default, types=list, check=lambda v, n=n: None if len(v) == n and all(
-                isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v) else
-                f"expected {n} integers >= 1")
+                isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_BASE for x in v) else
+                f"expected {n} integers in [1, {MAX_BASE}]")
     return out
 
 

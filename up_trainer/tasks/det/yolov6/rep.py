@@ -1,4 +1,5 @@
-"""RepVGG-style blocks of YOLOv6 (with the names of UP's yolov6 plugin's components): a 3x3 conv-BN, a 1x1 conv-BN and (same channels, stride 1) an identity BN, summed,
+"""RepVGG-style blocks of YOLOv6 (with the names of UP's yolov6 plugin's components): a 3x3
+conv-BN, a 1x1 conv-BN and (same channels, stride 1) an identity BN, summed,
 then the activation. Trained in that multi-branch form; :meth:`RepVGGBlock.fuse_branches`
 folds the three branches into one 3x3 convolution with bias (``rbr_reparam``) that gives the
 same outputs in eval mode (BatchNorm with running statistics is affine per channel, and the

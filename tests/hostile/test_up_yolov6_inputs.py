@@ -1,0 +1,54 @@
+"""UP's YOLOv6 net kwargs and the random_perspective / yolox_noaug values its files brought in,
+in hostile shapes, through ``up config``: one line naming the key, exit 2, no traceback."""
+import os
+
+import pytest
+import yaml
+
+from conftest import UP_FIXTURES, invoke  # noqa: E402
+
+V6N = os.path.join(UP_FIXTURES, "det", "yolov6", "yolox_v6n_ret_a2_comloc_400e_640x640_v6aug.yaml")
+
+
+def _edited(tmp_path, edit):
+    with open(V6N, encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    cfg = {k: v for k, v in cfg.items() if k in ("runtime", "dataset", "trainer", "saver", "hooks", "ema", "net")}
+    edit(cfg)
+    path = tmp_path / "v6.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _backbone(key, value):
+    return lambda c: c["net"][0]["kwargs"].update({key: value})
+
+
+def _perspective(key, value):
+    return lambda c: c["dataset"]["train"]["dataset"]["kwargs"]["transformer"][1]["kwargs"].update({key: value})
+
+
+@pytest.mark.parametrize("edit, where", [
+    (_backbone("width_multiple", float("inf")), "net[0].kwargs.width_multiple: must be in (0, 16]"),
+    (_backbone("width_multiple", float("nan")), "net[0].kwargs.width_multiple: must be in (0, 16]"),
+    (_backbone("depth_multiple", -0.33), "net[0].kwargs.depth_multiple: must be in (0, 16]"),
+    (_backbone("depth_multiple", "0.33"), "net[0].kwargs.depth_multiple: expected a number"),
+    (_backbone("backbone_base_repeats", [1, 6, 12, 18, 10 ** 9]), "net[0].kwargs.backbone_base_repeats: expected 5"),
+    (_backbone("backbone_base_channels", [64, 128, True, 512, 1024]), "net[0].kwargs.backbone_base_channels"),
+    (_backbone("neck_base_channels", None), "net[0].kwargs.neck_base_channels: expected a list"),
+    (_backbone("input_channels", 0), "net[0].kwargs.input_channels: must be >= 1"),
+    (lambda c: c["net"][2]["kwargs"].update(anchors=-2), "net[2].kwargs.anchors"),
+    (lambda c: c["net"][2]["kwargs"].update(prior_prob=1.0), "net[2].kwargs.prior_prob: must be in (0, 1)"),
+    (lambda c: c["net"][2]["kwargs"].update(num_classes=1), "net[2].kwargs.num_classes"),
+    (_perspective("scale", [0.5, 1.5]), "transforms[1].kwargs.scale: expected float/int, got list"),
+    (_perspective("scale", 1.5), "scale: expected one number s in [0, 1)"),
+    (_perspective("scale", float("nan")), "scale: expected one number s in [0, 1)"),
+    (_perspective("border", "-320"), "transforms[1].kwargs.border: expected list/tuple"),
+    (lambda c: c["hooks"][0]["kwargs"].update(no_aug_epoch=-1), "hooks[0].kwargs.no_aug_epoch: must be between 0"),
+])
+def test_hostile_value_is_one_line_naming_the_key(tmp_path, edit, where):
+    res = invoke(["config", "--config", _edited(tmp_path, edit)])
+    assert res.exit_code == 2, res.stderr or res.exception
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("up: error: ") and "Traceback" not in res.stderr, res.stderr
+    assert where in lines[0], lines[0]
