@@ -31,6 +31,7 @@ import numbers
 import torch
 
 from ..errors import ConfigError
+from . import buffer_pool
 from .device import to_device
 
 NORMALIZE_ON = ("auto", "device", "workers")
@@ -98,7 +99,8 @@ class ModelInput:
         if images.dtype == torch.uint8 and images.dim() == 4 and len(images) > 1 and images.device.type == "cpu":
             return self._per_image(images)
         if images.dtype == torch.uint8:
-            x = images.to(torch.float32).div_(self.divisor)
+            # on the CPU into a reused buffer (buffer_pool: fresh pages cost more than the pass)
+            x = buffer_pool.empty_like(images).copy_(images).div_(self.divisor)
         elif images.is_floating_point():
             # float pixels are [0, 1]: 255 x on the uint8 scale
             float_divisor = self.divisor / 255.0
@@ -121,7 +123,7 @@ class ModelInput:
         of streaming the whole float batch through memory once per pass. Same arithmetic, same
         layout (channels-last stays channels-last), same bits. (On an accelerator the batch is
         one kernel per pass.)"""
-        out = torch.empty_like(images, dtype=torch.float32)
+        out = buffer_pool.empty_like(images)
         if self.mean is None:
             for image, converted in zip(images, out):
                 converted.copy_(image).div_(self.divisor)
