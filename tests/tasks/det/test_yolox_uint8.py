@@ -30,9 +30,9 @@ def pictures(draw, low=16, high=48):
 
 
 @st.composite
-def samples(draw):
+def samples(draw, low=16, high=48):
     """(uint8 picture, target with 0-4 boxes inside it)."""
-    image = draw(pictures())
+    image = draw(pictures(low, high))
     _, h, w = image.shape
     boxes = []
     for _ in range(draw(st.integers(0, 4))):
@@ -100,7 +100,7 @@ RESIZE = {"type": "keep_ar_resize_max", "kwargs": {"random_size": [1, 4], "scale
 CASES = {  # name: (pipeline, levels)
     "mosaic": ([MOSAIC], 1),
     "perspective": ([PERSPECTIVE], 0.5),
-    "mixup": ([MIXUP], 1.5),  # the drawn image resized twice (1 + 1 level), then averaged and rounded
+    "mixup": ([MIXUP], 0.5),  # computed in float (the resizes, the average) and rounded once
     "hsv_bgr": ([HSV_BGR], 0.5),
     "hsv_rgb": ([HSV_RGB], 0.5),
     "flip+resize+pad": ([{"type": "flip", "kwargs": {"flip_p": 0.5}}, RESIZE], 1),
@@ -113,6 +113,16 @@ CASES = {  # name: (pipeline, levels)
 def test_each_yolox_transform_on_uint8_matches_float(name, items, seed):
     pipeline, levels = CASES[name]
     assert_matches(*run_both(pipeline, items, seed), levels)
+
+
+@SETTINGS
+@given(items=st.lists(samples(32, 32), min_size=2, max_size=3), seed=st.integers(0, 2**31 - 1),
+       flip=st.booleans())
+def test_mixup_of_an_image_that_fits_its_letterbox_rounds_once(items, seed, flip):
+    """A drawn image of exactly ``input_size`` (COCO's 640-pixel images into 640) is copied into
+    the letterbox as it is; the jitter resize, the window and the average round once."""
+    mixup = {**MIXUP, "kwargs": {**MIXUP["kwargs"], "input_size": [32, 32], "flip_prob": 0.0 if flip else 1.0}}
+    assert_matches(*run_both([mixup], items, seed), 0.5)
 
 
 @SETTINGS

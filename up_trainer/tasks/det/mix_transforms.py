@@ -24,7 +24,7 @@ from torchvision import tv_tensors
 from ...errors import ConfigError
 from ...registry import TRANSFORMS
 from .transforms import PER_BOX_KEYS
-from .transform_ops import box_candidates, check_fill, fill_of, to_uint8, uniform
+from .transform_ops import box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
 
 
 def _pair(value, name):
@@ -217,6 +217,52 @@ def _window(copy, y_off, x_off, th, tw, flip):
     return window
 
 
+def _taps(positions, n, size):
+    """(low, high, weight of high) of output ``positions`` of a length-``n`` axis resized to
+    ``size``, as :func:`_linear_resize` draws them."""
+    source = ((positions.to(torch.float64) + 0.5) * (n / size) - 0.5).clamp_(min=0.0)
+    low = source.floor().to(torch.int64).clamp_(max=n - 1)
+    return low, (low + 1).clamp_(max=n - 1), (source - low).to(torch.float32)
+
+
+def mix_resized_window(pixels, image, scaled, offsets, flip):
+    """uint8 ``pixels`` (C x th x tw) averaged with the th x tw window at ``offsets`` (y, x) of
+    ``image`` resized to ``scaled`` (h, w) (flipped left-right first when ``flip``; zero beyond
+    the resized image), rounded half up once. The window is what ``_window(_resized(image,
+    *scaled), ...)`` gives on float images, with the same arithmetic per pixel (rows, then
+    columns), computed only for the window and band by band of rows (each band's float
+    temporaries stay in the CPU cache; a whole-window float image would be written into fresh
+    pages). ``image``: uint8, or float on the 0-255 scale."""
+    channels, th, tw = pixels.shape
+    n_h, n_w = image.shape[-2:]
+    (ch, cw), (y_off, x_off) = scaled, offsets
+    rh, rw = min(ch - y_off, th), min(cw - x_off, tw)  # the window's part inside the resized image
+    cols = (cw - 1 - x_off - torch.arange(rw)) if flip else torch.arange(x_off, x_off + rw)
+    row_low, row_high, row_frac = _taps(torch.arange(y_off, y_off + rh), n_h, ch)
+    col_low, col_high, col_frac = _taps(cols, n_w, cw)
+    col_frac = col_frac.view(1, rw, 1)
+    # the image as (H W) x C pixels: each band gathers its 2 x 2 source pixels per output pixel
+    # in one index_select of whole pixels (a channels-last image, as decoded and as the letterbox
+    # is built, needs no copy for it), then works in float
+    pixels_hwc = image.permute(1, 2, 0).reshape(n_h * n_w, channels)
+    pairs = torch.cat([col_low, col_high])
+    out = torch.empty(channels, th, tw, dtype=torch.uint8)
+    for y0, y1 in row_bands(th, tw):
+        band = pixels[:, y0:y1].to(torch.float32)
+        r1 = min(y1, rh)
+        if r1 > y0:
+            b = r1 - y0
+            index = (torch.cat([row_low[y0:r1], row_high[y0:r1]]) * n_w)[:, None] + pairs[None, :]
+            taps = pixels_hwc.index_select(0, index.view(-1)).to(torch.float32).view(2 * b, 2 * rw, channels)
+            frac = row_frac[y0:r1].view(b, 1, 1)
+            rows = taps[:b].mul_(1.0 - frac).add_(taps[b:].mul_(frac))
+            window = rows[:, :rw].mul_(1.0 - col_frac).add_(rows[:, rw:].mul_(col_frac))
+            band[:, :b, :rw].add_(window.permute(2, 0, 1))
+        # (a + b) / 2 + 0.5, truncated: rounded half up (the sum is >= 0)
+        out[:, y0:y1] = band.mul_(0.5).add_(0.5).to(torch.int16)
+    return out
+
+
 @TRANSFORMS.register("yolox_mixup_cv2")
 class YoloxMixUp(_DrawsSamples):
     """UP's ``yolox_mixup_cv2``: another image, resized to fit ``input_size`` (h, w) at the
@@ -269,22 +315,37 @@ class YoloxMixUp(_DrawsSamples):
         if not bool((keep & (other_target["labels"] > 0)).any()):
             return image, target  # the pixels are only made for a sample that mixes
 
-        letterbox = _canvas(self.fill_color, channels, ih, iw, pixels.dtype)
         h, w = int(h0 * ratio), int(w0 * ratio)
-        letterbox[:, :h, :w] = _resized(other, max(h, 1), max(w, 1))[:, :h, :w]
-        crop = _window(_resized(letterbox, ch, cw), y_off, x_off, th, tw, flip)
         if pixels.dtype == torch.uint8:
-            # the average rounded half up, (a + b + 1) // 2, without leaving 8 bits; both in one
-            # memory layout first (element-wise ops across layouts run at a third of the speed)
-            crop = _in_layout_of(crop, pixels)
-            mixed = torch.bitwise_or(pixels, crop).bitwise_and_(1).add_(pixels >> 1).add_(crop >> 1)
+            mixed = self._mixed_uint8(pixels, other, (h, w), (ch, cw), (y_off, x_off), flip)
         else:
+            letterbox = _canvas(self.fill_color, channels, ih, iw, pixels.dtype)
+            letterbox[:, :h, :w] = _resized(other, max(h, 1), max(w, 1))[:, :h, :w]
+            crop = _window(_resized(letterbox, ch, cw), y_off, x_off, th, tw, flip)
             mixed = 0.5 * pixels + 0.5 * crop
         own = target["boxes"].as_subclass(torch.Tensor)
         per_box = {key: torch.cat([target[key], other_target[key][keep].to(target[key].dtype)])
                    for key in PER_BOX_KEYS if key in target and key in other_target}
         boxes = torch.cat([own.to(torch.float64), moved[keep]])
         return tv_tensors.Image(mixed), _with_boxes(target, boxes, per_box, (th, tw))
+
+    def _mixed_uint8(self, pixels, other, size, scaled, offsets, flip):
+        """The float path's pixels (letterbox, jitter resize, window, average) rounded once: the
+        letterbox stays uint8 when the drawn image fits as it is (exact), else it is resized in
+        float on the 0-255 scale; only the window's pixels of the jitter resize are computed
+        (:func:`mix_resized_window`), and their average with ``pixels`` is rounded half up."""
+        channels, th, tw = pixels.shape
+        ih, iw = self.input_size
+        h, w = size
+        fits = (h, w) == tuple(other.shape[-2:])
+        if fits:
+            letterbox = _canvas(self.fill_color, channels, ih, iw, torch.uint8)
+            letterbox[:, :h, :w] = other
+        else:  # the fill's level on the 0-255 scale, the drawn image resized without rounding
+            letterbox = fill_of(self.fill_color, channels, dtype=torch.uint8).view(1, 1, channels)
+            letterbox = letterbox.to(torch.float32).expand(ih, iw, channels).clone().permute(2, 0, 1)
+            letterbox[:, :h, :w] = _resized(other.to(torch.float32), max(h, 1), max(w, 1))[:, :h, :w]
+        return mix_resized_window(pixels, letterbox, scaled, offsets, flip)
 
     def __repr__(self):
         return f"YoloxMixUp(input_size={self.input_size}, mixup_scale={self.mixup_scale})"
