@@ -59,7 +59,6 @@ OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 REFUSED = {
     "cls/resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
     "det/rfcn/rfcn-R101-1x.yaml": "net[3].kwargs.cfg.roipooling.method: roialignpool is not mapped for R-FCN",
-    "det/yolox/yolox_fpga.yaml": "net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox",
 }
 # A file that gives no data path at all: ``up config`` says so in one line.
 NO_DATA = {"cls/swin/swin_transformer_base_384.yaml": "dataset.train.kwargs.meta_file: expected str, got NoneType"}

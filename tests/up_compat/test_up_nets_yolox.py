@@ -73,11 +73,14 @@ def test_post_settings_are_mapped():
     assert (pp.score_thresh, pp.nms_thresh, pp.detections_per_img) == (0.2, 0.4, 300)
 
 
-def test_the_fpga_variant_is_refused_in_one_line():
-    with pytest.raises(ConfigError) as err:
-        check_up_net(up_net("yolox_fpga.yaml"))
-    assert str(err.value).startswith("net[0].kwargs.focus_type: 'stem_focus' is not supported for UP's yolox")
-    # the same network with the standard stem and SPP is UP's yolox_dyn: mapped
+def test_the_fpga_variant_builds_its_stem_and_dilated_spp():
+    """yolox_fpga.yaml: UP's stem_focus (three 3x3 convs, no space-to-depth) and SPP_dila (3x3
+    conv-BN-ReLU of dilation 1, 3, 5 for the max pools), counted by hand against the same net
+    with the Focus stem and pooling SPP (UP's yolox_dyn)."""
+    from up_trainer.tasks.det.yolox.backbone import DilatedSPP
+
+    with torch.device("meta"):
+        fpga = build_model(up_net("yolox_fpga.yaml"))
     net = up_net("yolox_fpga.yaml")
     for key in ("focus_type", "use_spp_pool"):
         del net[0]["kwargs"][key]
@@ -85,6 +88,34 @@ def test_the_fpga_variant_is_refused_in_one_line():
         model = build_model(net)
     assert model.backbone.stem.conv.conv.in_channels == 4  # input_channels 1, space-to-depth
     assert isinstance(model.backbone.stem.conv.act, nn.ReLU)
+    stem = fpga.backbone.stem
+    assert [m.conv.stride[0] for m in stem] == [2, 1, 1] and stem[0].conv.in_channels == 1
+    assert isinstance(stem[2].act, nn.ReLU) and stem[2].conv.out_channels == 24  # 64 x wid_mul 0.375
+    spp = fpga.backbone.dark5[1]
+    assert isinstance(spp, DilatedSPP) and [b.conv.dilation[0] for b in spp.pooling_blocks] == [1, 3, 5]
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    ch, hidden = 24, 24 * 16 // 2
+    stem_diff = (1 * 12 * 9 + 2 * 12) + (12 * 12 * 9 + 2 * 12) + (12 * 24 * 9 + 2 * 24) - (4 * 1 * 24 * 9 + 2 * ch)
+    spp_diff = 3 * (hidden * hidden * 9 + 2 * hidden)  # the dilated blocks; max pools have no parameters
+    assert n(fpga) - n(model) == stem_diff + spp_diff
+    x = torch.rand(1, 1, 64, 64)
+    with torch.no_grad():
+        outs = build_model(up_net("yolox_fpga.yaml")).backbone.eval()(x)
+    assert [o.shape[-1] for o in outs] == [8, 4, 2]
+
+
+def test_fpga_backbone_reads_up_names():
+    """UP's names of the FPGA parts (stem.i.bn1, dark5.1.conv_block1, pooling_blocks.i.bn) load."""
+    model = build_model(up_net("yolox_fpga.yaml"))
+    state = model.state_dict()
+    up_state = {}
+    for key, value in state.items():
+        if key.startswith("backbone."):
+            key = key.replace(".bn.", ".bn1.") if ".pooling_blocks." not in key else key
+            for ours in ("conv1", "conv2"):
+                key = key.replace(f"dark5.1.{ours}.", f"dark5.1.conv_block{ours[-1]}.")
+        up_state[key] = value
+    assert set(model.translate_up_weights(up_state)) == set(state)
 
 
 def _edit(net, index, path, value):
@@ -102,7 +133,7 @@ def _edit(net, index, path, value):
     (0, "out_strides", [4, 8, 16], "net[0].kwargs.out_strides: [4, 8, 16] is not supported for UP's yolox_s"),
     (0, "act_fn", {"type": "GELU"}, "net[0].kwargs.act_fn.type: UP activation 'GELU' is not mapped for YOLOX"),
     (0, "normalize", {"type": "freeze_bn"}, "net[0].kwargs.normalize.type: YOLOX parts are built with BatchNorm2d"),
-    (0, "use_spp_pool", False, "net[0].kwargs.use_spp_pool: False is not supported"),
+    (0, "focus_type", "v4_focus", "net[0].kwargs.focus_type: 'v4_focus' is not mapped"),
     (0, "depthwize", True, "net[0].kwargs.depthwize: UP kwarg not supported by our yolox_s (did you mean"),
     (1, "out_strides", [8, 16, 32, 64], "net[1].kwargs.out_strides: [8, 16, 32, 64] is not supported"),
     (1, "upsample", "bilinear", "net[1].kwargs.upsample: 'bilinear' is not supported for UP's YoloxPAFPN"),

@@ -34,6 +34,7 @@ RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 STAGE_STRIDES = (2, 4, 8, 16, 32)  # CSPDarknet's stem, dark2 .. dark5
 UP_TOP_N = 300  # UP's yolox predictor: detections kept per image
 ACT_NAMES = "Silu, ReLU, LeakyReLU, Hardswish"
+FOCUS_TYPES = {"v5_focus": "focus", "stem_focus": "stem_focus"}  # UP's focus_type -> CSPDarknet's stem
 
 
 def backbone_types():
@@ -112,14 +113,14 @@ def read_cspdarknet(kind, opts):
     act = _act(opts)
     depthwise = opts.take("depthwise", False, types=bool)
     init = read_initializer(opts)
-    opts.take("focus_type", "v5_focus", types=str, only="v5_focus",
-              why="the other stems (v4_focus, the FPGA file's stem_focus) make another network: not mapped")
-    opts.take("use_spp_pool", True, types=bool, only=True,
-              why="use_spp_pool: false is the FPGA variant's dilated-convolution SPP: not mapped")
+    focus = opts.take("focus_type", "v5_focus", types=str, check=lambda v: None if v in FOCUS_TYPES else
+                      f"{v!r} is not mapped (v5_focus: the Focus stem, stem_focus: UP's FPGA stem of three convs; "
+                      "UP's v4_focus stem is not mapped)")
+    spp_pool = opts.take("use_spp_pool", True, types=bool)
     in_channels = opts.take("input_channels", 3, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     opts.done()
     net = _built(opts, CSPDarknet, depth, width, out_layers=out_layers, depthwise=depthwise, act=act,
-                 in_channels=in_channels)
+                 in_channels=in_channels, stem=FOCUS_TYPES[focus], spp="pool" if spp_pool else "dilated")
     norm.apply(net)
     initialize(net, init)
     return net, list(net.out_channels), list(net.out_strides), norm
