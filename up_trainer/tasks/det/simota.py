@@ -5,8 +5,8 @@
 2. Cost of (box, candidate): the BCE between sqrt(cls * obj) and the box's one-hot class,
    plus ``iou_weight`` * -log(IoU of the decoded prediction with the box), plus
    ``outside_cost`` unless the point is both inside the box and inside its centre region.
-3. Each box takes its k cheapest candidates, k = the sum of its 10 best IoUs (at least 1):
-   a box the predictions already fit well gets more positives.
+3. Each box takes its k cheapest candidates, k = the sum of its 10 best IoUs (at least
+   ``min_k``, YOLOX's 1): a box the predictions already fit well gets more positives.
 4. A point taken by several boxes keeps only its cheapest one.
 """
 from dataclasses import dataclass
@@ -28,8 +28,8 @@ class Assignment:
 
 
 class SimOTAAssigner:
-    def __init__(self, center_radius=2.5, candidate_k=10, iou_weight=3.0, outside_cost=1e5):
-        self.center_radius, self.candidate_k = center_radius, candidate_k
+    def __init__(self, center_radius=2.5, candidate_k=10, iou_weight=3.0, outside_cost=1e5, min_k=1):
+        self.center_radius, self.candidate_k, self.min_k = center_radius, candidate_k, min_k
         self.iou_weight, self.outside_cost = iou_weight, outside_cost
 
     def candidates(self, centers, strides, gt_boxes, img_size=None):
@@ -86,7 +86,9 @@ class SimOTAAssigner:
     def dynamic_k(self, cost, ious):
         """[G, A'] bool matching: each box its k cheapest candidates, every point at most one box."""
         k_top = min(self.candidate_k, ious.shape[1])
-        dynamic_ks = ious.topk(k_top, dim=1).values.sum(1).int().clamp(min=1)
+        # while predictions are still random every IoU is small and k is min_k: with YOLOX's 1,
+        # about one positive point per box for the first hundreds of updates (see the docs)
+        dynamic_ks = ious.topk(k_top, dim=1).values.sum(1).int().clamp(min=self.min_k, max=cost.shape[1])
         matching = torch.zeros_like(cost, dtype=torch.bool)
         for g, k in enumerate(dynamic_ks.tolist()):
             matching[g, cost[g].topk(k, largest=False).indices] = True

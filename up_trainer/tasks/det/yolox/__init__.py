@@ -28,8 +28,9 @@ def yolox(num_classes: int = 80, size: str = "s", depth: Optional[float] = None,
           iou_weight: float = 5.0, use_l1: bool = False, center_radius: float = 2.5, candidate_k: int = 10,
           score_thresh: float = 0.01, nms_thresh: float = 0.65, pre_nms_top_n: int = 1000,
           detections_per_img: int = 100, pixel_scale: float = 255.0, prior_prob: float = 0.01,
-          neck_shortcut: bool = False, pretrained: Optional[str] = None):
+          neck_shortcut: bool = False, pretrained: Optional[str] = None, min_k: int = 1,
+          bn_momentum: float = 0.03):
     """YOLOX (CSPDarknet, PAFPN, decoupled head, SimOTA); ``size`` nano|tiny|s|m|l|x."""
     return build_yolox(num_classes, size, depth, width, depthwise, act, iou_loss, iou_weight, use_l1,
                        center_radius, candidate_k, score_thresh, nms_thresh, pre_nms_top_n,
-                       detections_per_img, pixel_scale, prior_prob, neck_shortcut, pretrained)
+                       detections_per_img, pixel_scale, prior_prob, neck_shortcut, pretrained, min_k, bn_momentum)

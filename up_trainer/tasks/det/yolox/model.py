@@ -9,7 +9,7 @@ from ..box_ops import batch_images
 from ..simota import SimOTAAssigner
 from .backbone import CSPDarknet
 from .head import YoloXHead
-from .layers import check_act
+from .layers import BN_MOMENTUM, check_act
 from .losses import YoloxCriterion
 from .neck import YoloxPAFPN
 from .postprocess import YoloxPostprocess, flatten_outputs
@@ -70,7 +70,8 @@ class YoloxModel(nn.Module):
 def build_yolox(num_classes, size="s", depth=None, width=None, depthwise=None, act="silu",
                 iou_loss="square_iou", iou_weight=5.0, use_l1=False, center_radius=2.5, candidate_k=10,
                 score_thresh=0.01, nms_thresh=0.65, pre_nms_top_n=1000, detections_per_img=100,
-                pixel_scale=255.0, prior_prob=0.01, neck_shortcut=False, pretrained=None):
+                pixel_scale=255.0, prior_prob=0.01, neck_shortcut=False, pretrained=None, min_k=1,
+                bn_momentum=BN_MOMENTUM):
     """A YoloxModel of a published ``size``; ``depth``/``width``/``depthwise`` override it."""
     if size not in SIZES:
         raise ConfigError("size", f"{size!r} is not one of {', '.join(SIZES)}")
@@ -84,15 +85,22 @@ def build_yolox(num_classes, size="s", depth=None, width=None, depthwise=None, a
             raise ConfigError(name, f"must be > 0, got {value}")
     if int(width * 64) < 2:
         raise ConfigError("width", f"{width} leaves {int(width * 64)} stem channels (needs >= 2)")
+    if not isinstance(min_k, int) or min_k < 1:
+        raise ConfigError("min_k", f"must be an integer >= 1, got {min_k!r}")
+    if not 0 < bn_momentum <= 1:
+        raise ConfigError("bn_momentum", f"must be in (0, 1], got {bn_momentum!r}")
     act = check_act(act)
     backbone = CSPDarknet(depth, width, depthwise=depthwise, act=act)
     neck = YoloxPAFPN(backbone.out_channels, depth, depthwise=depthwise, act=act, shortcut=neck_shortcut)
     head = YoloXHead(num_classes, neck.out_channels, int(256 * width), depthwise=depthwise, act=act,
                      prior_prob=prior_prob)
     criterion = YoloxCriterion(num_classes, iou_loss, iou_weight,
-                               SimOTAAssigner(center_radius=center_radius, candidate_k=candidate_k))
+                               SimOTAAssigner(center_radius=center_radius, candidate_k=candidate_k, min_k=min_k))
     post = YoloxPostprocess(score_thresh, nms_thresh, pre_nms_top_n, detections_per_img)
     model = YoloxModel(backbone, neck, head, criterion, post, backbone.out_strides, pixel_scale, use_l1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = float(bn_momentum)
     if pretrained:
         model.load_pretrained(pretrained)
     return model
