@@ -16,15 +16,7 @@ from conftest import UP_FIXTURES  # noqa: E402
 
 UP_CLS = os.path.join(UP_FIXTURES, "cls")
 # UP files whose net is not mapped, with the start of the one-line refusal.
-REFUSED = {
-    "convnext/convnext_s.yaml": "net[0].type: convnext_small is UP's ConvNeXt-S backbone",
-    "convnext/convnext_t.yaml": "net[0].type: convnext_tiny is UP's ConvNeXt-T backbone",
-    "cswin/cswin_base.yaml": "net[0].type: CSWin_96_24322_base_224 is UP's CSWin-B",
-    "cswin/cswin_small.yaml": "net[0].type: CSWin_64_24322_small_224 is UP's CSWin-S",
-    "cswin/cswin_tiny.yaml": "net[0].type: CSWin_64_12211_tiny_224 is UP's CSWin-T",
-    # UP's own base_cls_head has no such argument: the file fails in UP too.
-    "resnet/res50_strikes_100e_bce.yaml": "net[1].kwargs.representation_size: UP kwarg not supported",
-}
+REFUSED = {}  # (none left: ConvNeXt, CSWin and base_cls_head's representation_size are mapped)
 FILES = sorted(os.path.relpath(p, UP_CLS) for p in glob.glob(os.path.join(UP_CLS, "**", "*.yaml"), recursive=True))
 
 
@@ -288,8 +280,11 @@ def test_docs_name_every_refused_up_type():
 def test_refused_up_file_exits_2_with_one_line_from_config_and_train(tmp_path, command):
     from conftest import invoke
 
-    args = [command, "--config", os.path.join(UP_CLS, "cswin", "cswin_tiny.yaml")]
-    result = invoke(args + (["--work-dir", tmp_path] if command == "train" else []))
+    with open(os.path.join(UP_CLS, "cswin", "cswin_tiny.yaml"), encoding="utf-8") as f:
+        text = f.read().replace("type: base_cls_head", "type: fpn_cls_head")  # a UP head refused on purpose
+    (tmp_path / "fpn_head.yaml").write_text(text)
+    args = [command, "--config", str(tmp_path / "fpn_head.yaml")]
+    result = invoke(args + (["--work-dir", tmp_path / "run"] if command == "train" else []))
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("up: error: net[0].type: CSWin_64_12211_tiny_224 is UP's CSWin-T")
+    assert len(lines) == 1 and lines[0].startswith("up: error: net[1].type: fpn_cls_head is UP's classification head")

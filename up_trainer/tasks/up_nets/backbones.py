@@ -26,7 +26,10 @@ REGNETS = {  # UP's RegNet design parameters (identical to torchvision's for the
     "regnety_400m": dict(depth=16, w_0=48, w_a=27.89, w_m=2.09, group_width=8, se_ratio=0.25),
 }
 SWINS = ("swin_tiny", "swin_small", "swin_base_224", "swin_base_384", "swin_large_224", "swin_large_384")
-BACKBONES = RESNETS + RESNETS_D + ("mobilenetv2", "mobilenetv3") + tuple(REGNETS) + SWINS + tuple(VITS)
+CONVNEXTS = ("convnext_tiny", "convnext_small")  # on torchvision's ConvNeXt (convnext.py)
+CSWINS = ("CSWin_64_12211_tiny_224", "CSWin_64_24322_small_224", "CSWin_96_24322_base_224")  # on torch (cswin.py)
+BACKBONES = (RESNETS + RESNETS_D + ("mobilenetv2", "mobilenetv3") + tuple(REGNETS) + SWINS + tuple(VITS) + CONVNEXTS
+             + CSWINS)
 
 
 class Trunk(nn.Module):
@@ -306,6 +309,14 @@ def build_backbone(mtype, opts):
         from .mobilenetv3 import build_mobilenetv3
 
         return build_mobilenetv3(opts)
+    if mtype in CONVNEXTS:
+        from .convnext import build_convnext
+
+        return build_convnext(mtype, opts)
+    if mtype in CSWINS:
+        from .cswin import build_cswin
+
+        return build_cswin(mtype, opts)
     return build_swin(opts)
 
 

@@ -17,18 +17,24 @@ from ...errors import ConfigError, DataError
 from .options import Options, sub_options
 
 LOSSES = ("ce", "label_smooth_ce", "bce", "softmax_eql", "softmax_eqlv2")
-HEADS = ("base_cls_head", "vit_head")
+HEADS = ("base_cls_head", "vit_head", "convnext_head")
 
 
 class ClsHead(nn.Module):
-    """Average pool, optional dropout, a linear classifier (a ModuleList for several heads);
-    ``make_classifier(in, out)`` builds another classifier (UP's ``classifier_cfg``)."""
+    """Average pool, optional tanh pre-logits layer (``representation_size``: ``pre_logits``
+    Linear + ``tanh``, as UP's vit_head), optional dropout, a linear classifier (a ModuleList
+    for several heads); ``make_classifier(in, out)`` builds another classifier (UP's
+    ``classifier_cfg``)."""
 
-    def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None, make_classifier=nn.Linear):
+    def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None, make_classifier=nn.Linear,
+                 representation_size=None):
         super().__init__()
         self.feature_idx = feature_idx
         self.multi = isinstance(num_classes, list)
         self.pool = nn.AdaptiveAvgPool2d(1)
+        if representation_size is not None:
+            self.pre_logits, self.tanh = nn.Linear(in_plane, representation_size), nn.Tanh()
+            in_plane = representation_size
         if dropout is not None:
             self.drop = nn.Dropout(dropout)
         self.classifier = (nn.ModuleList(make_classifier(in_plane, n) for n in num_classes) if self.multi
@@ -40,6 +46,8 @@ class ClsHead(nn.Module):
 
     def forward(self, features):
         x = self.pool(features[self.feature_idx]).flatten(1)
+        if hasattr(self, "pre_logits"):
+            x = self.tanh(self.pre_logits(x))
         if hasattr(self, "drop"):
             x = self.drop(x)
         return [c(x) for c in self.classifier] if self.multi else self.classifier(x)
@@ -163,23 +171,32 @@ def build_head(opts, in_planes, head_type="base_cls_head"):
         from .vit import read_vit_head
 
         return read_vit_head(opts, in_plane, idx, num_classes), num_classes
+    if head_type == "convnext_head":
+        from .convnext import read_convnext_head
+
+        return read_convnext_head(opts, in_plane, idx, num_classes), num_classes
     opts.take("use_pool", True, only=True, why="the head pools the backbone's feature map")
     dropout = opts.take("dropout", None, types=(float, type(None)),
                         check=lambda v: None if v is None or 0 <= v < 1 else "must be in [0, 1)")
+    # Not a kwarg of UP's base_cls_head (UP: TypeError), but UP's file res50_strikes_100e_bce
+    # gives it: honoured as vit_head's pre-logits layer.
+    representation = opts.take("representation_size", None, types=(int, type(None)),
+                               check=lambda v: None if v is None or v > 0 else "must be > 0")
+    width = representation or in_plane
     make_classifier = nn.Linear
     kind, kw = sub_options(opts, "classifier_cfg", "classifier")
     if kind == "norm_linear":
         from .cls_plus import read_norm_linear
 
-        make_classifier = read_norm_linear(kw, in_plane, heads[0] if len(heads) == 1 else None)
+        make_classifier = read_norm_linear(kw, width, heads[0] if len(heads) == 1 else None)
     elif kind is not None:
         if kind != "linear":
             raise ConfigError(opts.at("classifier_cfg.type"), f"UP classifier {kind!r} is not mapped",
                               "supported: linear (the default), norm_linear")
-        kw.take("in_features", in_plane, only=in_plane)
+        kw.take("in_features", width, only=width)
         kw.done()
     opts.done()
-    return ClsHead(in_plane, num_classes, idx, dropout, make_classifier), num_classes
+    return ClsHead(in_plane, num_classes, idx, dropout, make_classifier, representation), num_classes
 
 
 def build_postprocess(opts, num_classes):
@@ -231,9 +248,14 @@ def build_classifier(net_cfg, path):
 
 def _translate_up_weights(self, state):
     """UP-named weights (a UP checkpoint or ``pretrain_model``) renamed to ours."""
-    from .keymap import backbone_rules, translate
+    from .keymap import backbone_rules, family, translate
 
-    return translate(state, {self.part_names[0]: backbone_rules(self.up_backbone_type)})
+    state = translate(state, {self.part_names[0]: backbone_rules(self.up_backbone_type)})
+    if family(self.up_backbone_type) == "convnext":
+        from .convnext import reshape_layer_scales
+
+        state = reshape_layer_scales(state, self.part_names[0])
+    return state
 
 
 UPClassifier.translate_up_weights = _translate_up_weights

@@ -38,18 +38,24 @@ _VIT = [
     (r"^embedding\.", "conv_proj."), (r"^cls_token$", "class_token"), (r"^pos_embedding$", "encoder.pos_embedding"),
     (r"^encoder_norm\.", "encoder.ln."),
 ]
-# UP's mobilenetv3 is built with UP's own module names: nothing to rename.
+_CONVNEXT = [  # UP: downsample_layers.i (stem / LN + conv), stages.i.j.{dwconv, norm, pwconv1, pwconv2, gamma}
+    (r"^downsample_layers\.(\d)\.", lambda m: f"features.{2 * int(m[1])}."),
+    (r"^stages\.(\d)\.(\d+)\.", lambda m: f"features.{2 * int(m[1]) + 1}.{m[2]}."),
+    (r"\.dwconv\.", ".block.0."), (r"\.norm\.", ".block.2."), (r"\.pwconv1\.", ".block.3."),
+    (r"\.pwconv2\.", ".block.5."), (r"\.gamma$", ".layer_scale"),  # C -> C x 1 x 1: convnext.reshape_layer_scales
+]
+# UP's mobilenetv3 and CSWin are built with UP's own module names: nothing to rename.
 RULES = {"resnet": _RESNET, "mobilenetv2": _MOBILENETV2, "regnet": _REGNET, "swin": _SWIN, "vit": _VIT,
-         "mobilenetv3": []}
+         "mobilenetv3": [], "convnext": _CONVNEXT, "CSWin": []}
 # A name only UP's layout has: a file holding one is UP-named (UP's and our names overlap, e.g.
 # MobileNetV2's ``features.1.conv.3``, so names are never translated one by one).
 SIGNATURES = {"resnet": r"^layer0\.", "mobilenetv2": r"^features\.\d+\.conv\.6\.", "regnet": r"^stem\.conv\.",
               "swin": r"^(patch_embed|layers)\.", "vit": r"^(embedding\.|cls_token$|layers\.encoder_)",
-              "mobilenetv3": r"$^"}
+              "mobilenetv3": r"$^", "convnext": r"^(downsample_layers|stages)\.", "CSWin": r"$^"}
 
 
 def family(backbone_type):
-    for prefix in ("resnet", "mobilenetv2", "mobilenetv3", "regnet", "swin"):
+    for prefix in ("resnet", "mobilenetv2", "mobilenetv3", "regnet", "swin", "convnext", "CSWin"):
         if backbone_type.startswith(prefix):
             return prefix
     if backbone_type.startswith(("vit_", "deit_")):
