@@ -133,14 +133,16 @@ def _checkpoint_or_model(checkpoint, model_path):
 @click.option("--out", default=None, metavar="FILE", help="output file (default: CKPT with .onnx / .pt2 / .pt)")
 @click.option("--input-size", default=None, metavar="C,H,W",
               help="input size (default: classification the test dataset's, detection min_size square)")
+@click.option("--dynamic-size", is_flag=True, help="classifiers: height and width free in the file too "
+                                                  "(verified at the export size and twice it)")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
               help="largest error allowed between export and PyTorch (|a-b| / (1+|b|))")
 @click.option("--opset", type=click.IntRange(min=11), default=17, show_default=True, help="ONNX opset")
 @click.option("--no-ema", is_flag=True, help="export the raw weights even when EMA weights are saved")
 @click.pass_context
 @run_safely
-def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images, out, input_size, tolerance, opset,
-               no_ema):
+def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images, out, input_size, dynamic_size,
+               tolerance, opset, no_ema):
     """Export a model to ONNX, pt2 or TorchScript and verify it against PyTorch (exit 1 if it differs)."""
     from .export import export_model
     from .run import setup_logging
@@ -150,7 +152,7 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images
     setup_logging(None)
     record = export_model(cfg, checkpoint, fmt, out, form=form, input_size=input_size, use_ema=not no_ema,
                           tolerance=tolerance, opset=opset, config_files=config_files, int8=int8,
-                          calib_images=calib_images)
+                          calib_images=calib_images, dynamic_size=dynamic_size)
     click.echo(f"{record['file']}: {record['weights']} weights, max error {record['max_error']:.3g} "
                f"<= {record['tolerance']:g}")
     if int8:

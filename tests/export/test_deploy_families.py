@@ -25,6 +25,9 @@ NETS = {
                                         "fpn_channels": 32, "extra_levels": 0, "head_convs": 1, "iou_branch": True,
                                         "anchor_scales": [2.0], "score_thresh": 0.2, "detections_per_img": 30}},
 }
+# the digits ATSS demo's predictor: per level the best (anchor, class) pairs jointly (``base`` ranks per class)
+NETS["atss_multicls"] = {"type": "atss", "kwargs": {**NETS["atss"]["kwargs"], "predictor": "base_multicls",
+                                                    "head_norm": "bn"}}
 
 
 def make_detector(tmp_path, name):
@@ -101,3 +104,28 @@ def test_a_small_yolox_end_to_end_onnx_runs_as_the_model(tmp_path):
     got = ExportedModel(out)({"image": images})["detections"]
     assert sum(len(d["boxes"]) for d in want) > 3 and detections_error(got, want) <= 1e-4
     assert all((d["boxes"][:, 2] <= 56).all() for d in got[1:2])  # clipped to the smaller image
+
+
+def test_atss_base_multicls_selection_reproduces_the_models_detections(tmp_path):
+    """The decode step of the ATSS ``base_multicls`` predictor (one joint top-k per level), run
+    eagerly on the dense outputs, gives the model's detections; the slow test above exports it."""
+    from up_trainer.export.dense import dense_graph
+    from up_trainer.export.select import Select, unpad
+    from up_trainer.export.verify import detections_error
+
+    _, _, model = make_detector(tmp_path, "atss_multicls")
+    dense = dense_graph(model, 64, 64)
+    assert not any(level.per_class for level in dense.spec.levels)
+    assert [level.k for level in dense.spec.levels] == [model.predictor.pre_nms_top_n] * 2
+    images = scenes(3)
+    images[2] = images[2][:, :, :40].contiguous()
+    x = torch.zeros(3, 3, 64, 64)
+    if model.image_mean is not None:  # the net pads after normalising: the mean normalises to 0
+        x += model.image_mean.view(1, -1, 1, 1)
+    for i, im in enumerate(images):
+        x[i, :, :, : im.shape[-1]] = im
+    sizes = torch.tensor([[64, 64], [64, 64], [64, 40]])
+    with torch.no_grad():
+        want = model({"image": images})["detections"]
+        got = unpad(*Select(dense.spec)(*dense(x), sizes))
+    assert sum(len(d["boxes"]) for d in want) > 3 and detections_error(got, want) <= 1e-5

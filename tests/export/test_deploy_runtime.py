@@ -121,3 +121,46 @@ def test_benchmark_refuses_an_unknown_format(tmp_path):
     cfg, ckpt, _ = classifier(tmp_path)
     res = invoke("benchmark", "--config", cfg, "--checkpoint", ckpt, "--formats", "eager,tensorrt", code=2)
     assert "--formats" in res.output and "tensorrt" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "pt2", "torchscript"])
+def test_dynamic_size_export_runs_at_sizes_it_was_not_traced_at(tmp_path, fmt):
+    cfg, ckpt, model = classifier(tmp_path)
+    out = str(tmp_path / f"cls.{fmt}")
+    invoke("export", "--config", cfg, "--checkpoint", ckpt, "--format", fmt, "--out", out, "--dynamic-size")
+    record = json.load(open(out + ".json"))
+    assert record["input"]["shape"] == ["batch", 1, "height", "width"] and record["dynamic_size"] is True
+    assert record["verified_sizes"] == [[16, 16], [32, 32]] and record["max_error"] <= 1e-4
+    from up_trainer.export.runtime import ExportedModel
+
+    loaded = ExportedModel(out)
+    for size in ((24, 20), (40, 48)):  # neither the traced nor a verified size
+        x = torch.rand(2, 1, *size)
+        with torch.no_grad():
+            want = model({"image": x})["logits"]
+        assert torch.allclose(loaded({"image": x})["logits"], want, atol=1e-4)
+
+
+def test_without_dynamic_size_the_onnx_file_keeps_its_size(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    out = str(tmp_path / "cls.onnx")
+    invoke("export", "--config", cfg, "--checkpoint", ckpt, "--out", out)
+    import onnx
+
+    dims = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch" and [d.dim_value for d in dims[2:]] == [16, 16]
+
+
+@pytest.mark.slow  # torch.compile of a ResNet-18 takes 30-90 s on 2 loaded cores
+def test_benchmark_compile_and_torchscript_rows(tmp_path):
+    cfg, ckpt, _ = classifier(tmp_path)
+    out = tmp_path / "bench"
+    invoke("benchmark", "--config", cfg, "--checkpoint", ckpt, "--formats", "eager,compile,torchscript",
+           "--batch", "4", "--warmup", "1", "--repeats", "2", "--out", str(out))
+    rows = {r["format"]: r for r in json.load(open(out / "benchmark.json"))["rows"]}
+    assert list(rows) == ["eager", "compile", "torchscript"]
+    for r in rows.values():
+        assert "failed" not in r.get("note", ""), r
+        assert r["ms_per_image_b1"] > 0 and r["images_per_s"] > 0 and r["metric"] == "top1"
+    assert rows["eager"]["value"] == rows["compile"]["value"] == rows["torchscript"]["value"]
+    assert rows["compile"]["size_mb"] == rows["eager"]["size_mb"] and (out / "model.pt").is_file()

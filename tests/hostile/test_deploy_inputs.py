@@ -90,6 +90,7 @@ def test_checkpoint_given_as_model_is_one_line(exported):
     (["--format", "torchscript", "--form", "end2end"], "--form"),
     (["--form", "nms"], "--form"),
     (["--calib-images", "0", "--int8"], "--calib-images"),
+    (["--dynamic-size=yes"], "--dynamic-size"),              # a flag takes no value
 ])
 def test_export_option_mistakes_are_one_line(exported, args, fragment):
     res = invoke(["export", "--config", str(exported / "cls.yaml"), "--checkpoint", str(exported / "cls.pth"),

@@ -44,9 +44,10 @@ def predict(config, checkpoint, images, *, device=None, use_ema=True, score_thr=
 
 
 def export(config, checkpoint, format, out=None, *, input_size=None, use_ema=True, tolerance=1e-4, opset=17,
-           opts=(), form="raw"):
+           opts=(), form="raw", dynamic_size=False):
     """``up export``: the model as ONNX, pt2 or TorchScript (``format``; detectors in the ``raw``
-    or, for ONNX, ``end2end`` ``form``), verified against PyTorch;
+    or, for ONNX, ``end2end`` ``form``; ``dynamic_size``: a classifier's height and width free),
+    verified against PyTorch;
     writes ``out`` (default: the checkpoint's name with .onnx / .pt) and ``out.json``, and
     returns that JSON record (file, inputs, outputs, weights, measured error). A verification
     beyond ``tolerance`` raises ``ExportMismatch``, the file kept for inspection."""
@@ -60,7 +61,8 @@ def export(config, checkpoint, format, out=None, *, input_size=None, use_ema=Tru
         input_size = ",".join(str(v) for v in input_size)
     with left_as_found():
         return export_model(cfg.to_dict(), checkpoint, format, out, input_size=input_size, use_ema=bool(use_ema),
-                            tolerance=tolerance, opset=opset, config_files=cfg.files, form=form)
+                            tolerance=tolerance, opset=opset, config_files=cfg.files, form=form,
+                            dynamic_size=bool(dynamic_size))
 
 
 def _checkpoint_path(checkpoint):

@@ -3,13 +3,15 @@ PyTorch on export.
 
 What is exported (see :mod:`.graphs`, :mod:`.detectors`): classifiers as image batch ->
 logits, scores; detectors of the dense families (RetinaNet, FCOS, SSDlite, YOLOX, the ATSS
-RetinaNet) to ONNX and pt2 in a raw form (RetinaNet / FCOS: head outputs plus anchors,
+RetinaNet, UP's FCOS) to ONNX and pt2 in a raw form (RetinaNet / FCOS: head outputs plus anchors,
 :mod:`.decode`; the others: dense boxes and scores, :mod:`.select`) and to ONNX end to end
-(``--form end2end``: decoding and NMS inside the graph); every torchvision detector to
-TorchScript as the whole model with its post-processing (list of images -> detections), or,
-where TorchScript cannot compile the net, as raw head outputs like ONNX. The batch axis is
-dynamic everywhere; the image size is fixed at the export size. ``--int8`` quantizes the ONNX
-file afterwards (:mod:`.int8`).
+(``--form end2end``: decoding and NMS inside the graph); the two-stage nets (torchvision's
+Faster R-CNN, UP's C4 / R-FCN / Cascade R-CNN) likewise, their raw form being the proposals
+and the per-class boxes and scores before the last NMS (:mod:`.two_stage`); every torchvision
+detector to TorchScript as the whole model with its post-processing (list of images ->
+detections), or, where TorchScript cannot compile the net, as raw head outputs like ONNX. The
+batch axis is dynamic everywhere; the image size is fixed at the export size, except a
+classifier's with ``dynamic_size``. ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
 Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
@@ -28,6 +30,7 @@ import torch
 
 from ..errors import ConfigError
 from .dense import DENSE_FAMILIES
+from .two_stage import TWO_STAGE_KINDS
 from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
 from .verify import ExportMismatch, detections_error, onnx_runner, tensors_error
 
@@ -58,7 +61,7 @@ def _input_size(cfg, model, input_size):
 
     if input_size:
         return parse_input_size(input_size)
-    if getattr(model, "kind", None) in ("yolox", "retina_plus") and not input_size:
+    if getattr(model, "kind", None) in ("yolox", "retina_plus", "up_fcos", "up_rcnn") and not input_size:
         from ..engine.builder import build_dataset
 
         entry = cfg["dataset"].get("test") or cfg["dataset"].get("train")
@@ -85,10 +88,12 @@ def _inputs(size, batch, seed):
 
 
 def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None, use_ema=True,
-                 tolerance=DEFAULT_TOLERANCE, opset=17, config_files=(), int8=False, calib_images=32):
+                 tolerance=DEFAULT_TOLERANCE, opset=17, config_files=(), int8=False, calib_images=32,
+                 dynamic_size=False):
     """Export, verify, write ``out`` and ``out.json``; returns the JSON record. Both are
     checked by the output guard (paths.py) before anything is loaded: neither may be the
-    checkpoint or a config file. ``int8``: also write the quantized model (:mod:`.int8`)."""
+    checkpoint or a config file. ``int8``: also write the quantized model (:mod:`.int8`).
+    ``dynamic_size``: height and width free too (classifiers), verified at two sizes."""
     from ..paths import guard_output_file
     from ..predict import load_model
 
@@ -113,12 +118,16 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     model = load_model(cfg, checkpoint, "cpu", use_ema)
     kind = getattr(model, "kind", None)
     detector = is_detector(model) or kind in DENSE_FAMILIES + TWO_STAGE
-    if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES:
-        raise ConfigError("--format", f"{fmt} export of {kind} is not supported (dense families: "
-                          f"{', '.join(DENSE_FAMILIES)})", "use --format torchscript" if is_detector(model) else
+    if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES + TWO_STAGE_KINDS:
+        raise ConfigError("--format", f"{fmt} export of {kind} is not supported (families: "
+                          f"{', '.join(DENSE_FAMILIES + TWO_STAGE_KINDS)})", "use --format torchscript" if is_detector(model) else
                           "use the checkpoint with up predict / up eval")
     if detector and fmt == "torchscript" and not is_detector(model):
         raise ConfigError("--format", f"torchscript export of {kind} is not supported", "use --format onnx or pt2")
+    if dynamic_size and detector:
+        raise ConfigError("--dynamic-size", f"{kind}: a detector's anchors and per-level candidate counts are "
+                          "fixed at the export size (images up to that size run, padded to it)",
+                          "export at the largest size you need with --input-size C,H,W")
     if form == "end2end" and (not detector or fmt != "onnx"):
         raise ConfigError("--form", "end2end is the ONNX form of a detector (NMS inside the graph)",
                           "use --form raw" + (" or --format onnx" if detector else ""))
@@ -128,7 +137,8 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     with torch.no_grad():
         record = None
         if not detector:
-            record = _export_tensors(ClassifierGraph(model).eval(), ["logits", "scores"], size, fmt, out, opset)
+            record = _export_tensors(ClassifierGraph(model).eval(), ["logits", "scores"], size, fmt, out, opset,
+                                     dynamic_size)
             record["task"] = "cls"
         elif fmt == "torchscript":
             record = _export_scripted(model, size, out)
@@ -156,16 +166,29 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     return record
 
 
-def _export_tensors(graph, output_names, size, fmt, out, opset):
-    """Trace ``graph`` at batch 2 with a free batch axis, reload the file, compare."""
+def second_size(size):
+    """The other input size a dynamic-size export is verified at: twice the height and width."""
+    return (size[0], size[1] * 2, size[2] * 2)
+
+
+def _export_tensors(graph, output_names, size, fmt, out, opset, dynamic_size=False):
+    """Trace ``graph`` at batch 2 with a free batch axis (and free height and width with
+    ``dynamic_size``), reload the file, compare at the export size (and at :func:`second_size`)."""
     example = _inputs(size, TRACE_BATCH, seed=0)
     if fmt == "onnx":
-        _onnx_export(graph, example, output_names, out, opset)
+        _onnx_export(graph, example, output_names, out, opset, dynamic_size)
         run = onnx_runner(out)
     elif fmt == "pt2":
         from .pt2 import pt2_runner, save_pt2
 
-        save_pt2(graph, (example,), out)
+        try:
+            save_pt2(graph, (example,), out, dynamic_size)
+        except Exception as exc:  # torch.export's shape errors have several types
+            if not dynamic_size:
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError("--dynamic-size", f"torch.export cannot free this net's input size ({first[:200]})",
+                              "export without --dynamic-size, at the size you need") from None
         run = pt2_runner(out)
     else:
         import warnings
@@ -177,17 +200,31 @@ def _export_tensors(graph, output_names, size, fmt, out, opset):
             loaded = torch.jit.load(out)
         run = lambda x: list(loaded(x))  # noqa: E731
     error = 0.0
-    for i, batch in enumerate(VERIFY_BATCHES):
-        x = _inputs(size, batch, seed=1 + i)
-        error = max(error, tensors_error(run(x), list(graph(x)), output_names, batch))
-    return {"input": {"name": "image", "shape": ["batch", *size]}, "num_classes": int(graph(example)[0].shape[1]),
-            "outputs": output_names, "max_error": error}
+    sizes = [size, second_size(size)] if dynamic_size else [size]
+    for j, at in enumerate(sizes):
+        for i, batch in enumerate(VERIFY_BATCHES):
+            x = _inputs(at, batch, seed=1 + i + 10 * j)
+            want = list(graph(x))
+            try:
+                got = run(x)
+            except Exception as exc:  # onnxruntime / torch raise their own types on a shape they cannot take
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ConfigError("--dynamic-size", f"the exported file does not run at {at[1]}x{at[2]} ({first[:200]})",
+                                  "export without --dynamic-size, at the size you need") from None
+            error = max(error, tensors_error(got, want, output_names, batch))
+    shape = ["batch", size[0], "height", "width"] if dynamic_size else ["batch", *size]
+    record = {"input": {"name": "image", "shape": shape}, "num_classes": int(graph(example)[0].shape[1]),
+              "outputs": output_names, "max_error": error}
+    if dynamic_size:
+        record.update(dynamic_size=True, export_size=list(size[1:]), verified_sizes=[list(s[1:]) for s in sizes])
+    return record
 
 
-def _onnx_export(graph, example, output_names, out, opset):
+def _onnx_export(graph, example, output_names, out, opset, dynamic_size=False):
     import warnings
 
-    axes = {"image": {0: "batch"}, **{n: {0: "batch"} for n in output_names if n != "anchors"}}
+    axes = {"image": {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"},
+            **{n: {0: "batch"} for n in output_names if n != "anchors"}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript-based exporter announces its deprecation
         # The TorchScript-based exporter: seconds, where the torch.export one takes ten times

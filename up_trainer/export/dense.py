@@ -25,7 +25,7 @@ from torch import nn
 from ..errors import ConfigError
 
 TORCHVISION_DENSE = ("retinanet", "fcos", "ssdlite")
-OWN_DENSE = ("yolox", "retina_plus")
+OWN_DENSE = ("yolox", "retina_plus", "up_fcos")
 DENSE_FAMILIES = TORCHVISION_DENSE + OWN_DENSE
 
 
@@ -45,6 +45,7 @@ class DenseSpec:
     nms_thresh: float = 0.5
     detections: int = 100
     label_offset: int = 0  # label = class column + offset (1..C in the detections)
+    min_size: float = 0.0  # > 0: boxes narrower or lower than this after clipping are dropped
 
     def to_json(self):
         return asdict(self)
@@ -52,16 +53,17 @@ class DenseSpec:
     @classmethod
     def from_json(cls, data):
         return cls([Level(**lv) for lv in data["levels"]], data["nms_thresh"], data["detections"],
-                   data["label_offset"])
+                   data["label_offset"], float(data.get("min_size", 0.0)))
 
 
 def decode_deltas(rel, anchors, weights, clip):
-    """torchvision's ``BoxCoder.decode_single`` for rel [N, A, 4] against anchors [A, 4]:
-    the same operations in the same order, broadcast over the batch."""
-    widths = anchors[:, 2] - anchors[:, 0]
-    heights = anchors[:, 3] - anchors[:, 1]
-    ctr_x = anchors[:, 0] + 0.5 * widths
-    ctr_y = anchors[:, 1] + 0.5 * heights
+    """torchvision's ``BoxCoder.decode_single`` for rel [N, A, 4] against anchors [A, 4] (or any
+    shapes that broadcast, e.g. per-class deltas [R, K, 4] against RoIs [R, 1, 4]): the same
+    operations in the same order."""
+    widths = anchors[..., 2] - anchors[..., 0]
+    heights = anchors[..., 3] - anchors[..., 1]
+    ctr_x = anchors[..., 0] + 0.5 * widths
+    ctr_y = anchors[..., 1] + 0.5 * heights
     wx, wy, ww, wh = weights
     dx, dy = rel[..., 0] / wx, rel[..., 1] / wy
     dw = torch.clamp(rel[..., 2] / ww, max=clip)
@@ -168,6 +170,39 @@ class AtssDense(nn.Module):
         return decode_deltas(out["deltas"].float(), self.anchors, self.weights, self.clip), scores
 
 
+class UpFcosDense(nn.Module):
+    """UP's FCOS (``up_fcos``): backbone, FPN, head; each point's distances times its level's
+    stride around the point, score sigmoid(cls) x sigmoid(centerness) (``FcosPostprocess``)."""
+
+    def __init__(self, model, height, width):
+        super().__init__()
+        from ..tasks.det.fcos.parts import fcos_points
+
+        self.model = model
+        post = model.postprocess
+        with torch.no_grad():
+            feats = self._maps(torch.zeros(1, 3, height, width))
+        points = fcos_points([f.shape[-2:] for f in feats], model.strides)
+        self.register_buffer("points", torch.cat(points))
+        self.register_buffer("stride", torch.cat([p.new_full((len(p), 1), float(s if post.norm_on_bbox else 1))
+                                                  for p, s in zip(points, model.strides)]))
+        # UP applies its score threshold only on maps of more than 120 points
+        self.spec = DenseSpec([Level(len(p), int(post.pre_nms_top_n), float(post.score_thresh) if len(p) > 120 else 0.0,
+                                     per_class=True) for p in points],
+                              float(post.nms_thresh), int(post.detections_per_img), 1)
+
+    def _maps(self, image):
+        m = self.model
+        return list(m.neck({str(i): f for i, f in enumerate(m.backbone(image))}).values())
+
+    def forward(self, image):
+        outputs = self.model.roi_head(self._maps(image))
+        cls = torch.cat([c.float().sigmoid().flatten(2).transpose(1, 2) for c, _, _ in outputs], 1)
+        ctr = torch.cat([t.float().sigmoid().flatten(2).transpose(1, 2) for _, _, t in outputs], 1)
+        d = torch.cat([d.float().flatten(2).transpose(1, 2) for _, d, _ in outputs], 1) * self.stride
+        return torch.cat((self.points - d[..., :2], self.points + d[..., 2:]), -1), cls * ctr
+
+
 def dense_graph(model, height, width):
     """The dense module of ``model`` at (height, width), its ``spec`` attached."""
     kind = getattr(model, "kind", None)
@@ -177,4 +212,6 @@ def dense_graph(model, height, width):
         return YoloxDense(model, height, width).eval()
     if kind == "retina_plus":
         return AtssDense(model, height, width).eval()
+    if kind == "up_fcos":
+        return UpFcosDense(model, height, width).eval()
     raise ConfigError("--format", f"{kind} has no dense export (dense families: {', '.join(DENSE_FAMILIES)})")

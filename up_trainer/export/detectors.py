@@ -16,6 +16,7 @@ import torch
 
 from .dense import TORCHVISION_DENSE, dense_graph
 from .select import EndToEnd
+from .two_stage import OUTPUT_NAMES as TWO_STAGE_OUTPUTS, TWO_STAGE_KINDS, TwoStageEndToEnd, TwoStageGraph
 
 TRACE_BATCH = 2
 
@@ -34,6 +35,11 @@ def preprocess_record(model, size):
 
 def build_graph(model, size, form):
     """(module, input names, output names, decode record or None)."""
+    if model.kind in TWO_STAGE_KINDS:
+        graph = TwoStageGraph(model, size[1], size[2]).eval()
+        if form == "end2end":
+            return TwoStageEndToEnd(graph).eval(), ["image", "image_sizes"], list(TwoStageEndToEnd.output_names), None
+        return graph, ["image", "image_sizes"], list(TWO_STAGE_OUTPUTS), graph.spec.to_json()
     dense = dense_graph(model, size[1], size[2])
     if form == "end2end":
         return EndToEnd(dense).eval(), ["image", "image_sizes"], list(EndToEnd.output_names), None
@@ -79,6 +85,8 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches):
     from .verify import detections_error
 
     graph, inputs, outputs, decode = build_graph(model, size, form)
+    if form == "dense" and model.kind in TWO_STAGE_KINDS:
+        form = "two_stage"
     with torch.no_grad():
         write_graph(graph, example_inputs(size, TRACE_BATCH, inputs, 0), inputs, outputs, fmt, out, opset)
     record = {"task": "det", "kind": model.kind, "num_classes": int(model.num_classes), "form": form,
@@ -87,6 +95,10 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches):
                                  "bottom/right to the export size"},
               "outputs": outputs, "preprocess": preprocess_record(model, size), "format": fmt,
               "post_processing": "included" if form == "end2end" else "decode step (up_trainer.export.select)"}
+    if form == "two_stage":
+        record["raw_outputs"] = ("proposals [N, P, 4] (rows past num_proposals zero), num_proposals [N], boxes "
+                                 "[N, P, K, 4] per class from the last box stage, scores [N, P, K] (-1 on padding "
+                                 "rows): the detections before the per-class score threshold and NMS")
     if decode is not None:
         record["decode"] = decode
     loaded = ExportedModel(out, record)

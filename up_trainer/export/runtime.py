@@ -143,6 +143,10 @@ class ExportedModel:
 
         if self.form == "end2end":
             return unpad(*self.run(x, sizes))
+        if self.form == "two_stage":  # proposals, num_proposals, boxes per class, scores
+            outputs = self.run(x, sizes)
+            with torch.no_grad():
+                return unpad(*Select(DenseSpec.from_json(self.record["decode"]))(outputs[2], outputs[3], sizes))
         outputs = self.run(x)
         if self.form == "dense":
             with torch.no_grad():

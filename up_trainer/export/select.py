@@ -1,6 +1,7 @@
 """Detections from dense boxes and scores, batched, in operations ONNX has (TopK, NonMaxSuppression).
 
-:class:`Select` turns ``boxes [N, A, 4], scores [N, A, K]`` (:mod:`.dense`) and the size of each
+:class:`Select` turns ``boxes [N, A, 4]`` (or ``[N, A, K, 4]``, a box per class: the two-stage
+nets, :mod:`.two_stage`), ``scores [N, A, K]`` (:mod:`.dense`) and the size of each
 image before padding into fixed-width outputs, per image:
 
 1. per level (:class:`.dense.Level`): the best ``k`` candidates, over (anchor, class) pairs
@@ -30,6 +31,8 @@ class _BatchNMS(torch.autograd.Function):
     def forward(ctx, boxes, scores, max_out, iou):
         from torchvision.ops import nms
 
+        if torch.compiler.is_exporting():  # torch.export: no loop over the (symbolic) batch
+            return _flat_nms(boxes, scores, max_out, iou)
         rows = []
         for i in range(boxes.shape[0]):
             s = scores[i, 0]
@@ -43,6 +46,24 @@ class _BatchNMS(torch.autograd.Function):
         const = lambda v, dtype: g.op("Constant", value_t=torch.tensor([v], dtype=dtype))  # noqa: E731
         return g.op("NonMaxSuppression", boxes, scores, const(max_out, torch.int64), const(iou, torch.float32),
                     const(DROPPED / 2, torch.float32))
+
+
+def _flat_nms(boxes, scores, max_out, iou):
+    """_BatchNMS's rows from one NMS over every image's boxes, each image's moved apart by an
+    offset (as torchvision's ``batched_nms`` separates classes), at most ``max_out`` per image."""
+    from torchvision.ops import nms
+
+    n, m = boxes.shape[0], boxes.shape[1]
+    b, s = boxes.reshape(-1, 4), scores[:, 0].reshape(-1)
+    image = (torch.ones_like(s, dtype=torch.int64).view(n, m).cumsum(0) - 1).reshape(-1)
+    valid = (s > DROPPED / 2).nonzero()[:, 0]
+    shifted = b[valid] + (image[valid].to(b.dtype) * (b.max() + 1)).unsqueeze(-1)
+    keep = valid[nms(shifted, s[valid], iou)]
+    owner = image[keep]
+    rank = ((owner.unsqueeze(1) == torch.arange(n, device=b.device).unsqueeze(0)).cumsum(0)
+            .gather(1, owner.unsqueeze(1))[:, 0] - 1)
+    keep, owner = keep[rank < max_out], owner[rank < max_out]
+    return torch.stack((owner, torch.zeros_like(owner), keep - owner * m), 1)
 
 
 class Select(nn.Module):
@@ -63,7 +84,10 @@ class Select(nn.Module):
             cls = flat % n_cls
         keep = values >= level.thresh if level.inclusive else values > level.thresh
         values = torch.where(keep, values, torch.full_like(values, DROPPED))
-        picked = torch.gather(boxes, 1, anchor.unsqueeze(-1).expand(-1, -1, 4))
+        if boxes.dim() == 4:  # a box per class (two-stage nets): the candidate's own
+            picked = torch.gather(boxes.flatten(1, 2), 1, (anchor * n_cls + cls).unsqueeze(-1).expand(-1, -1, 4))
+        else:
+            picked = torch.gather(boxes, 1, anchor.unsqueeze(-1).expand(-1, -1, 4))
         return picked, values, cls
 
     def forward(self, boxes, scores, image_sizes):
@@ -82,6 +106,9 @@ class Select(nn.Module):
         x = torch.minimum(b[..., 0::2].clamp(min=0), w.unsqueeze(-1))
         y = torch.minimum(b[..., 1::2].clamp(min=0), h.unsqueeze(-1))
         b = torch.stack((x[..., 0], y[..., 0], x[..., 1], y[..., 1]), -1)
+        if spec.min_size > 0:  # torchvision's RoIHeads drops boxes clipped to (almost) nothing
+            wide = ((b[..., 2] - b[..., 0]) >= spec.min_size) & ((b[..., 3] - b[..., 1]) >= spec.min_size)
+            s = torch.where(wide, s, torch.full_like(s, DROPPED))
         offset = (c.to(b.dtype) * (sizes.max() + 1)).unsqueeze(-1)
         selected = _BatchNMS.apply(b + offset, s.unsqueeze(1), spec.detections, spec.nms_thresh)
         kept = torch.zeros_like(s).index_put((selected[:, 0], selected[:, 2]), torch.ones_like(selected[:, 0],
