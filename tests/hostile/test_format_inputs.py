@@ -138,14 +138,19 @@ def test_csv_label_out_of_range_and_missing_image(tmp_path):
     assert_one_line(result, "list.csv:3: image not found")
 
 
-def test_csv_one_image_under_two_labels(tmp_path):
+def two_images_listed(folder, text):
     from PIL import Image
 
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8)).save(folder / name)
+    (folder / "list.csv").write_text(text)
+    return str(folder / "list.csv")
+
+
+def test_csv_one_image_under_two_labels(tmp_path):
     from hostile_helpers import tiny_cfg
 
-    for name in ("a.png", "b.png"):
-        Image.new("RGB", (8, 8)).save(tmp_path / name)
-    (tmp_path / "list.csv").write_text("path,label\na.png,x\nb.png,y\n./a.png,z\n")
+    two_images_listed(tmp_path, "path,label\na.png,x\nb.png,y\n./a.png,z\n")
     cfg = tiny_cfg()
     cfg["dataset"]["train"] = {"type": "csv", "kwargs": {"csv_file": str(tmp_path / "list.csv")}}
     result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run"])
@@ -153,14 +158,9 @@ def test_csv_one_image_under_two_labels(tmp_path):
 
 
 def test_csv_repeated_line_is_read_once(tmp_path):
-    from PIL import Image
-
     from up_trainer.tasks.cls.csv_dataset import CsvClassification
 
-    for name in ("a.png", "b.png"):
-        Image.new("RGB", (8, 8)).save(tmp_path / name)
-    (tmp_path / "list.csv").write_text("path,label\na.png,x\nb.png,y\na.png,x\n")
-    assert len(CsvClassification(str(tmp_path / "list.csv"))) == 2
+    assert len(CsvClassification(two_images_listed(tmp_path, "path,label\na.png,x\nb.png,y\na.png,x\n"))) == 2
 
 
 def test_convert_refuses_its_input_and_existing_files(tmp_path):
