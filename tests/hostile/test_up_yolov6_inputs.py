@@ -52,3 +52,12 @@ def test_hostile_value_is_one_line_naming_the_key(tmp_path, edit, where):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("up: error: ") and "Traceback" not in res.stderr, res.stderr
     assert where in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_ups_yolov5_files_are_refused_in_one_line_naming_what_to_use(act):
+    res = invoke(["config", "--config", os.path.join(UP_FIXTURES, "det", "yolov5", f"yolov5_small_{act}.yaml")])
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("up: error: dataset.dataloader.kwargs.pad_type: center_pad is UP's")
+    assert "DarkNetv5" in lines[0] and "instead: batch_pad" in lines[0]
