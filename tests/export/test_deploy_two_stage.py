@@ -30,9 +30,10 @@ def make_net(tmp_path, name):
     backbone and the FPN) get seeded random weights of gain 0.5, so the RPN ranks anchors
     without ties and the box stage spreads its scores over several classes; a gain of 1 makes
     random RPN deltas so large that float32 rounding alone moves a box near 0 px by 1e-4.
-    Faster R-CNN's box head gets zero biases: a RoI whose features its ReLUs zero out then scores
-    1/(C+1) per class, under the score threshold, instead of the biases' softmax, which would
-    tie every such RoI at one score above it (and NMS may keep either of two tied boxes)."""
+    Faster R-CNN's box head gets small biases: a RoI whose features its ReLUs zero out scores the
+    softmax of the biases, about 1/(C+1) = 0.25 per class, under the score threshold 0.3; with
+    larger biases every such RoI ties at one score above it, and NMS may keep either of two tied
+    boxes."""
     cfg = {"runtime": {"num_threads": 1}, "trainer": {"max_epoch": 1}, "net": NETS[name](),
            "dataset": {"test": {"type": "digits_det", "kwargs": {"split": "val", "num_images": 2, "canvas_size": 64}}}}
     path = tmp_path / f"{name}.yaml"
@@ -44,7 +45,7 @@ def make_net(tmp_path, name):
             if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not key.startswith(("backbone", "neck")):
                 module.weight.normal_(0, 0.5 / module.weight[0].numel() ** 0.5)
                 if module.bias is not None and name == "faster_rcnn" and isinstance(module, torch.nn.Linear):
-                    module.bias.zero_()
+                    module.bias.normal_(0.0, 0.05)
                 elif module.bias is not None:
                     module.bias.normal_(0.0, 0.5)
     ckpt = tmp_path / f"{name}.pth"
