@@ -119,8 +119,9 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     kind = getattr(model, "kind", None)
     detector = is_detector(model) or kind in DENSE_FAMILIES + TWO_STAGE
     if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES + TWO_STAGE_KINDS:
-        raise ConfigError("--format", f"{fmt} export of {kind} is not supported (families: "
-                          f"{', '.join(DENSE_FAMILIES + TWO_STAGE_KINDS)})", "use --format torchscript" if is_detector(model) else
+        families = ", ".join(DENSE_FAMILIES + TWO_STAGE_KINDS)
+        raise ConfigError("--format", f"{fmt} export of {kind} is not supported (families: {families})",
+                          "use --format torchscript" if is_detector(model) else
                           "use the checkpoint with up predict / up eval")
     if detector and fmt == "torchscript" and not is_detector(model):
         raise ConfigError("--format", f"torchscript export of {kind} is not supported", "use --format onnx or pt2")
@@ -209,8 +210,8 @@ def _export_tensors(graph, output_names, size, fmt, out, opset, dynamic_size=Fal
                 got = run(x)
             except Exception as exc:  # onnxruntime / torch raise their own types on a shape they cannot take
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ConfigError("--dynamic-size", f"the exported file does not run at {at[1]}x{at[2]} ({first[:200]})",
-                                  "export without --dynamic-size, at the size you need") from None
+                raise ConfigError("--dynamic-size", f"the exported file does not run at {at[1]}x{at[2]} "
+                                  f"({first[:200]})", "export without --dynamic-size, at the size you need") from None
             error = max(error, tensors_error(got, want, output_names, batch))
     shape = ["batch", size[0], "height", "width"] if dynamic_size else ["batch", *size]
     record = {"input": {"name": "image", "shape": shape}, "num_classes": int(graph(example)[0].shape[1]),

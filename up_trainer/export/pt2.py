@@ -1,7 +1,8 @@
 """``--format pt2``: a torch.export ExportedProgram, saved with ``torch.export.save``.
 
 The batch axis is dynamic (``torch.export.Dim.DYNAMIC``), and a classifier's height and width
-with ``--dynamic-size``; everything else is fixed at the export size. Loading needs only torch (``torch.export.load(path).module()``), no project code.
+with ``--dynamic-size``; everything else is fixed at the export size. Loading needs only torch
+(``torch.export.load(path).module()``), no project code.
 """
 import torch
 

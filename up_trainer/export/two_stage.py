@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torchvision.ops import roi_align
 
+from ..errors import ConfigError
 from .dense import DenseSpec, Level, decode_deltas
 from .select import DROPPED, _BatchNMS, Select
 
@@ -149,7 +150,7 @@ class BoxNet(nn.Module):
         if self.kind == "FCHead":
             self.pool = MultiLevelPool(net.pool, feats, height, width)
         elif self.kind not in ("Res5Head", "RFCNHead"):
-            raise TypeError(f"no export for the box head {self.kind}")
+            raise ConfigError("--format", f"the box head {self.kind} has no export (Res5Head, FCHead, RFCNHead)")
 
     def forward(self, feats, rois):
         net = self.net
@@ -238,8 +239,7 @@ class TwoStageGraph(nn.Module):
             probs.append(prob)
             if t < last:  # cascade: each RoI moved by the deltas of its best class
                 best = prob[:, 1:].argmax(1) + 1
-                d = _per_class(deltas, prob.shape[1])
-                d = torch.gather(d, 1, best.view(-1, 1, 1).expand(-1, 1, 4))[:, 0] if d.shape[1] > 1 else d[:, 0]
+                d = torch.gather(_per_class(deltas, prob.shape[1]), 1, best.view(-1, 1, 1).expand(-1, 1, 4))[:, 0]
                 c = self.coders[t]
                 moved = decode_deltas(d, rois.reshape(-1, 4), c.weights, c.bbox_xform_clip)
                 rois = _clip(moved.view(n, p, 4), image_sizes)
