@@ -89,6 +89,9 @@ def build_evaluator(cfg, test_set):
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
     evaluator = EVALUATORS.build(ev_cfg, "dataset.evaluator")
+    heads = getattr(test_set, "num_classes", None)
+    if isinstance(heads, list) and hasattr(evaluator, "set_heads"):  # list labels: one classifier head each
+        evaluator.set_heads(len(heads))
     if getattr(test_set, "save_score", False) and hasattr(evaluator, "save_scores"):
         evaluator.save_scores = True
     if hasattr(evaluator, "load_files"):
@@ -171,10 +174,14 @@ def check_class_count(model, net_cfg, datasets):
     """The net must have an output for every class the data holds: caught here, not as an
     IndexError mid-training (for detection, only when a high label first comes up)."""
     predicted = getattr(model, "num_classes", None)
-    if not isinstance(predicted, int):
-        return  # a composed or user net that does not say
     key = getattr(model, "num_classes_path", None) or (  # a UP net says where its count is
         "net[0].kwargs.num_classes" if isinstance(net_cfg, list) else "net.kwargs.num_classes")
+    if isinstance(predicted, list) or any(isinstance(getattr(d, "num_classes", None), list) for _, d in datasets):
+        from ..tasks.cls.multi_head import check_head_counts
+
+        return check_head_counts(predicted, key, datasets)
+    if not isinstance(predicted, int):
+        return  # a composed or user net that does not say
     for path, dataset in datasets:
         held = getattr(dataset, "num_classes", None)
         if not isinstance(held, int):

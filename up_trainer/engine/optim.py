@@ -22,11 +22,17 @@ def optimizer_class(name, path):
         from .lamb import LAMB
 
         return LAMB
+    if name == "LARS":  # UP's LARS
+        from .lars import LARS
+
+        return LARS
+    if name == "FusedFP16AdamW":  # UP's (linklink's) fused AdamW: torch's AdamW, fused where it can be
+        return torch.optim.AdamW
     cls = getattr(torch.optim, name, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         names = sorted(n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
                        and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer")
-        names.append("LAMB")
+        names += ["LAMB", "LARS", "FusedFP16AdamW"]
         raise ConfigError(path, f"unknown optimizer {name!r}", did_you_mean(name, names) or f"known: {', '.join(names)}")
     return cls
 
@@ -75,10 +81,22 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     else:
         groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
                                     optimizer_cls=cls, pconfig=cfg.get("pconfig"))
+    if cfg["type"] == "FusedFP16AdamW":
+        kwargs.setdefault("fused", fused_adamw_possible(model))  # a fused given in kwargs is kept
     try:
         return cls(groups, **kwargs)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}.kwargs", str(exc)) from None
+
+
+def fused_adamw_possible(model):
+    """UP's FusedFP16AdamW (linklink's fp16 fused AdamW) is torch's AdamW, with ``fused=True``
+    where every parameter sits on a device torch's fused kernel serves (CUDA), else plain."""
+    devices = {p.device.type for p in model.parameters()}
+    fused = bool(devices) and devices <= {"cuda"}
+    log.info("optimizer FusedFP16AdamW: torch.optim.AdamW %s", "fused=True" if fused else
+             f"(not fused: parameters on {', '.join(sorted(devices)) or 'no device'})")
+    return fused
 
 
 class Optimization:

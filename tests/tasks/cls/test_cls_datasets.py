@@ -203,7 +203,8 @@ def test_cls_jsonl_meta_and_up_image_reader(tmp_path, image_dir):
      r"m.jsonl:2: malformed JSON"),
     ('{"filename": "a.png", "label": 0}\n{"file": "a.png", "label": 1}\n', "m.jsonl",
      r"m.jsonl:2: expected a JSON object with 'filename' and 'label'"),
-    ('{"filename": "a.png", "label": [0, 1]}\n', "m.jsonl", r"m.jsonl:1: label must be an integer"),
+    ('{"filename": "a.png", "label": {"a": 1}}\n', "m.jsonl", r"m.jsonl:1: label must be an integer"),
+    ('{"filename": "a.png", "label": [0, [1]]}\n', "m.jsonl", r"m.jsonl:1: label entry 1: label must be an integer"),
     ("\n  \n", "meta.txt", r"meta.txt is empty"),
 ])
 def test_cls_bad_meta_names_file_and_line(tmp_path, image_dir, text, name, match):

@@ -1,5 +1,7 @@
 """UP's classification meta files, checked once: ``relative/path label`` lines (imagenet) or
-JSON lines ``{"filename": str, "label": int}`` (custom_cls).
+JSON lines ``{"filename": str, "label": int}`` (custom_cls). A custom_cls label may be a list
+``[a, b, ...]``: one class per classifier head (UP's multi-head form); it is read as a tuple,
+and every labeled record of the file must give as many entries (checked by the dataset).
 
 Errors (one line naming file:line): a line that does not parse; a label that is not a
 non-negative integer; an image listed twice with two different labels (the same line
@@ -32,7 +34,12 @@ def parse_json_line(line, where):
         raise DataError(f"{where}: expected a JSON object with 'filename' and 'label'")
     if not isinstance(rec["filename"], str) or not rec["filename"]:
         raise DataError(f"{where}: 'filename' must be a string")
-    return rec["filename"], parse_label(rec["label"], where)
+    label = rec["label"]
+    if isinstance(label, list):  # UP's multi-head form: one class per head
+        if not label:
+            raise DataError(f"{where}: an empty label list (one class per classifier head expected)")
+        return rec["filename"], tuple(parse_label(v, f"{where}: label entry {i}") for i, v in enumerate(label))
+    return rec["filename"], parse_label(label, where)
 
 
 def parse_text_line(line, where):

@@ -26,8 +26,18 @@ class TopKAccuracy:
         self.primary_metric = f"top{self.topk[0]}" if 1 not in self.topk else "top1"
         self._records = []
         self.save_scores = False  # UP's dataset kwarg save_score: every class score in the results file
+        self.heads = None  # several classifier heads (UP's multi-head form): see multi_head.py
+
+    def set_heads(self, heads):
+        """Evaluate ``heads`` classifier heads (list labels): metrics per head and their mean."""
+        self.heads = heads
+        self.primary_metric = f"avg_top{self.topk[0]}" if 1 not in self.topk else "avg_top1"
 
     def metric_keys(self):
+        if self.heads:
+            from .multi_head import metric_keys
+
+            return metric_keys(self.topk, self.heads)
         return [f"top{k}" for k in self.topk] + ["num_samples", "val_loss"]
 
     def reset(self):
@@ -35,6 +45,11 @@ class TopKAccuracy:
 
     @torch.no_grad()
     def process(self, batch, outputs):
+        if self.heads:
+            from .multi_head import records
+
+            self._records += records(batch, outputs, self.topk)
+            return
         scores = outputs.get("scores")
         if scores is None:
             scores = outputs["logits"].float().softmax(dim=1)
@@ -68,6 +83,10 @@ class TopKAccuracy:
         return list(self._records)
 
     def evaluate(self, results):
+        if self.heads:
+            from .multi_head import evaluate
+
+            return evaluate(results, self.topk, self.heads)
         # De-duplicated here too: a padded distributed sampler may repeat samples.
         unique = {r["index"]: r for r in results}
         labeled = [r for r in unique.values() if r["label"] is not None]
@@ -88,6 +107,9 @@ class TopKAccuracy:
         (see :mod:`.insight`)."""
         from .insight import write_insight
 
+        if self.heads:
+            raise ConfigError("eval_insight", "per-class insight reads one label per image; this run has "
+                              f"{self.heads} classifier heads")
         unique = [r for _, r in sorted({r["index"]: r for r in results}.items())]
         return write_insight(unique, out_dir, dataset, num_wrong)
 
@@ -133,6 +155,10 @@ class LongTailAccuracy(TopKAccuracy):
         if not isinstance(freq, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in freq):
             raise DataError(f"cls_freq {self.cls_freq_file}: expected a JSON list of integers (images per class)")
         self.cls_freq = freq
+
+    def set_heads(self, heads):
+        raise ConfigError("dataset.evaluator.type", f"imagenet_lt groups one label per image; this run has {heads} "
+                          "classifier heads", "use imagenet")
 
     def metric_keys(self):
         return super().metric_keys() + [f"{g}_shot_acc_top{k}" for k in self.topk for g in self.GROUPS]

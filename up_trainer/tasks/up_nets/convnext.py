@@ -95,20 +95,23 @@ def reshape_layer_scales(state, prefix):
 
 class ConvNeXtHead(nn.Module):
     """UP's ``convnext_head``: average pool, LayerNorm (eps 1e-6), optional dropout, linear
-    classifier(s) with truncated-normal (0.02) weights, zero bias, both times ``head_init_scale``."""
+    classifier(s) (a ModuleList for several heads) with truncated-normal (0.02) weights and zero
+    bias, both times ``head_init_scale``. Names and forward as :class:`.cls.ClsHead`'s."""
 
     def __init__(self, in_plane, num_classes, feature_idx=-1, dropout=None, head_init_scale=1.0):
         super().__init__()
-        from .cls import ClsHead
-
-        base = ClsHead(in_plane, num_classes, feature_idx, dropout)
-        self.feature_idx, self.multi, self.pool = base.feature_idx, base.multi, base.pool
-        if hasattr(base, "drop"):
-            self.drop = base.drop
-        self.classifier = base.classifier
+        self.feature_idx = feature_idx
+        self.multi = isinstance(num_classes, list)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        if dropout is not None:
+            self.drop = nn.Dropout(dropout)
+        self.classifier = (nn.ModuleList(nn.Linear(in_plane, n) for n in num_classes) if self.multi
+                           else nn.Linear(in_plane, num_classes))
         with torch.no_grad():
             for m in self.classifier.modules():
                 if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
                     m.weight.mul_(head_init_scale)
                     m.bias.mul_(head_init_scale)
         self.layer_norm = nn.LayerNorm(in_plane, eps=1e-6)
