@@ -98,12 +98,13 @@ def train_minutes(run_dir, n_iter):
 
 
 def params_flops(run_dir):
+    """(params, FLOPs, max_epoch) of the run's resolved config."""
     from up_trainer.config import resolve_config
     from up_trainer.flops import flops_table
 
     cfg = resolve_config(os.path.join(run_dir, "config.yaml"), [])
     total = flops_table(cfg).splitlines()[-1].split()
-    return total[1], total[2]
+    return total[1], total[2], cfg["trainer"]["max_epoch"]
 
 
 def table(names, work, data):
@@ -116,14 +117,14 @@ def table(names, work, data):
         curve = train_minutes(run_dir, n_iter)
         if not curve:
             continue
-        params, flops = params_flops(run_dir)
+        params, flops, max_epoch = params_flops(run_dir)
         best = max(curve, key=lambda e: curve[e][0])
-        half = [e for e in curve if e <= max(curve) // 2 and curve[e][1] >= 0.5]
+        half = [e for e in curve if e <= max_epoch // 2 and curve[e][1] >= 0.5]
         rows.append((name, params, flops, f"{curve[best][0]:.3f} (ep {best})",
                      f"{max(c[1] for c in curve.values()):.3f}",
                      f"ep {min(half)}" if half else "-",
                      " ".join(f"{c[0]:.3f}/{c[1]:.3f}@{c[2]:.1f}" for _, c in sorted(curve.items()))))
-    head = ("recipe", "params", "FLOPs", "best AP", "best AP50", "AP50>=0.5 in 1st half",
+    head = ("recipe", "params", "FLOPs", "best AP", "best AP50", "AP50 >= 0.5 by half",
             "AP/AP50 @ training minutes, after each epoch")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)
