@@ -243,7 +243,7 @@ def test_sources_cite_only_files_in_the_tree():
     assert missing == []
 
 
-DET_FAMILIES = ("atss", "fcos", "rcnn", "yolov6", "yolox")  # up_trainer/tasks/det/<family>/: one detector family each
+DET_FAMILIES = ("atss", "fcos", "onenet", "rcnn", "yolov5", "yolov6", "yolox")  # up_trainer/tasks/det/<family>/: one detector family each
 FAMILY_OF = re.compile(rf"^{PACKAGE}\.tasks\.det\.({'|'.join(DET_FAMILIES)})(\.|$)")
 
 

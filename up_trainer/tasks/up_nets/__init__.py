@@ -41,9 +41,10 @@ FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
 CLS_HEADS = ("base_cls_head", "vit_head", "convnext_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
 PLUS_POSTS = ("retina_post", "retina_post_iou")
+ONENET_POST = "onenet_post"
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS)
+                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + (ONENET_POST,))
 
 
 def _up_backbones():
@@ -126,6 +127,11 @@ def _shape(net_cfg, path):
                               f"{two_stage}", "detection backbones: resnet18/34/50/101")
         return two_stage
     plus = len(types) == 4 and types[1] == "FPN" and types[2] in PLUS_HEADS and types[3] in PLUS_POSTS
+    if len(types) == 4 and types[1] == "FPN" and types[3] == ONENET_POST:
+        if not types[0].startswith("resnet") or types[0].endswith("_D"):
+            raise ConfigError(join_path(join_path(path, 0), "type"), f"{types[0]} is not mapped for OneNet",
+                              "detection backbones: resnet18/34/50/101")
+        return "onenet"  # the head's type is checked by the OneNet reader
     for shape, parts in (("retinanet", RETINA_PARTS), ("faster_rcnn", FASTER_PARTS), ("fcos", FCOS_PARTS),
                          ("retina_plus", types[1:] if plus else None)):
         if types[1:] == parts:
@@ -141,7 +147,7 @@ def _shape(net_cfg, path):
                       "BboxRes5_Pre + BboxRes5 + bbox_post; resnet + NaiveRPN + retina_post + BboxRFCN_Pre + "
                       "BboxRFCN + bbox_post; resnet + FPN + NaiveRPN + rpn_post + CascadeFC; "
                       "yolox_* + YoloxPAFPN + YoloXHead + yolox_post|retina_post_iou; EfficientRep + RepPANNeck + "
-                      "Effidehead + retina_post_iou")
+                      "Effidehead + retina_post_iou; resnet + FPN + RetinaHeadWithBN + onenet_post (OneNet)")
 
 
 def build_up_net(net_cfg, path="net"):
@@ -168,6 +174,10 @@ def build_up_net(net_cfg, path="net"):
         from .fcos_net import build_fcos_net
 
         return build_fcos_net(net_cfg, path)
+    if shape == "onenet":
+        from .onenet_net import build_onenet_net
+
+        return build_onenet_net(net_cfg, path)
     if shape == "retina_plus":
         from .atss_net import build_retina_plus_net
 

@@ -23,7 +23,8 @@ from .layers import initialize, norm_layer, read_initializer
 from .options import Options, entry_options, loss_weight, read_num_classes, typed_part
 
 HEADS = {"RetinaHeadWithBN": (True, False), "RetinaHeadWithIOU": (False, True),
-         "RetinaHeadWithBNIOU": (True, True)}  # type -> (norm per level, IoU branch)
+         "RetinaHeadWithBNIOU": (True, True),
+         "RetinaSubNet": (False, False)}  # type -> (norm per level, IoU branch); RetinaSubNet: OneNet's only
 POSTS = ("retina_post", "retina_post_iou")
 EFL_TYPES = ("equalized_focal_loss", "equalized_quality_focal_loss")
 FAMILY = "the ATSS RetinaNet"  # in refusals: "UP loss 'x' is not mapped for ..."

@@ -24,7 +24,6 @@ REFUSED = {
                             "RetinaHeadWithBN (UP form: convs shared across levels)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
-    "onenet_post": ("OneNet (NMS-free, minimum-cost assignment) post-process", "retina_post (UP form)"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
     "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
     "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
