@@ -52,7 +52,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
                     "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml",
                     "det/efl/efl_improved_baseline_*.yaml", "det/efl/efl_yolox_*.yaml", "det/efl/eqfl_yolox_*.yaml",
-                    "det/yolov6/*.yaml")
+                    "det/yolov6/*.yaml", "det/yolov5/*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
 # Files of the mapped families that use a UP type or kwarg refused on purpose (docs/up/, Coming from
@@ -86,6 +86,9 @@ BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for
 BIG |= {"det/efl/efl_oids_r101_2x_random.yaml",
         "det/efl/efl_improved_baseline_r101_2x_rfs.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 files run the same code
 BIG |= {"det/efl/efl_yolox_medium.yaml", "det/efl/eqfl_yolox_medium.yaml"}  # YOLOX-m; the small files run the same code
+# YOLOv6-s/t (18.9M / 16.4M parameters): ~60 s a dry run at load 8; the n files run the same code.
+BIG |= {f"det/yolov6/yolox_v6{size}_ret_a2_comloc_400e_640x640{aug}.yaml" for size in "st" for aug in ("", "_v6aug")}
+BIG |= {"det/yolov5/yolov5_small_silu.yaml"}  # YOLOv5-s, 40-90 s at load 20; the relu file runs the same code
 # CSWin-T/S/B and ConvNeXt-S: 90-180 s a dry run at load 6 (they passed when added); convnext_t runs
 # the ConvNeXt code, tests/up_compat/test_up_convnext_cswin.py a narrow CSWin.
 BIG |= {"cls/cswin/cswin_tiny.yaml", "cls/cswin/cswin_small.yaml", "cls/cswin/cswin_base.yaml",
@@ -155,6 +158,9 @@ def data_opts(rel, data):
     for i, entry in enumerate(cfg.get("net") or []):  # a ViT's position embedding fixes its input size
         if isinstance(entry, dict) and entry.get("type") in VITS:
             opts.append(f"net.{i}.kwargs.image_size={IMAGE_SIZE}")
+        if isinstance(entry, dict) and entry.get("type") == "yolov5_post":  # the cluster anchors: a data file
+            opts.append(f"net.{i}.kwargs.cfg.anchor_generator.kwargs.base_anchors_file="
+                        f"{os.path.join(UP_DIR, os.path.dirname(rel), 'anchors.json')}")
     for i, hook in enumerate(cfg.get("hooks") or []):
         if isinstance(hook, dict) and hook.get("type") == "yolox_noaug":
             opts += size_opts(f"hooks.{i}.kwargs.transformer", hook["kwargs"].get("transformer"))

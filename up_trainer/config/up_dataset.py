@@ -103,10 +103,9 @@ def _dataloader(entry, path, split, ds, notes):
     kind, kwargs = _check_entry(entry, path, DATALOADER_TYPES, DATALOADER_KEYS)
     shared = not path.startswith(f"dataset.{split}.")
     if kwargs.get("pad_type") == "center_pad":  # the one other pad_type in UP's files: its YOLOv5 ones
-        raise ConfigError(join_path(path, "kwargs.pad_type"), "center_pad is UP's YOLOv5 centred batch padding, part "
-                          "of its YOLOv5 net (DarkNetv5 + DarknetPAFPN + YoloV5Head + yolov5_post), which is not "
-                          "mapped", "instead: batch_pad with UP's YOLOX or YOLOv6 files (docs/up/yolov6.rst)")
-    if kwargs.get("pad_type", "batch_pad") not in PAD_TYPES:
+        notes.append(f"{path}.kwargs.pad_type: center_pad (UP's YOLOv5 centred batch padding) pads at the bottom and "
+                     "right here, as every detector of this project does; boxes stay in image pixels either way")
+    elif kwargs.get("pad_type", "batch_pad") not in PAD_TYPES:
         raise ConfigError(join_path(path, "kwargs.pad_type"), f"unknown pad_type {kwargs['pad_type']!r}",
                           f"accepted: {', '.join(PAD_TYPES)}")
     if "batch_fn" in kwargs:

@@ -19,6 +19,8 @@ Three shapes are mapped:
   ``yolox_post`` -> :class:`up_trainer.tasks.det.yolox.YoloxModel` (:mod:`.yolox_net`);
 * the same backbone, neck and head + ``retina_post_iou`` (UP's ``yolox_*_ret_*`` files) ->
   :class:`up_trainer.tasks.det.atss.RetinaPlusModel` (:mod:`.yolox_retina_net`).
+* YOLOv5: ``DarkNetv5`` + ``DarknetPAFPN`` + ``YoloV5Head`` + ``yolov5_post`` ->
+  :class:`up_trainer.tasks.det.yolov5.YoloV5Model` (:mod:`.yolov5_net`);
 * YOLOv6: ``EfficientRep`` + ``RepPANNeck`` + ``Effidehead`` + ``retina_post_iou`` ->
   :class:`up_trainer.tasks.det.atss.RetinaPlusModel` on :mod:`up_trainer.tasks.det.yolov6`
   (:mod:`.yolov6_net`).
@@ -37,6 +39,7 @@ RETINA_PARTS = ("FPN", "RetinaSubNet", "retina_post")
 FASTER_PARTS = ("FPN", "NaiveRPN", "rpn_post", "BboxFC_Pre", "BboxFC", "bbox_post")
 YOLOX_PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
 YOLOV6_PARTS = ("EfficientRep", "RepPANNeck", "Effidehead", "retina_post_iou")
+YOLOV5_PARTS = ("DarkNetv5", "DarknetPAFPN", "YoloV5Head", "yolov5_post")
 FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
 CLS_HEADS = ("base_cls_head", "vit_head", "convnext_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
@@ -44,7 +47,7 @@ PLUS_POSTS = ("retina_post", "retina_post_iou")
 ONENET_POST = "onenet_post"
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + (ONENET_POST,))
+                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,))
 
 
 def _up_backbones():
@@ -99,6 +102,11 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
+    if types[0] == YOLOV5_PARTS[0]:
+        if types == YOLOV5_PARTS:
+            return "yolov5"
+        raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
+                          f"YOLOv5 is mapped as {' + '.join(YOLOV5_PARTS)}")
     if types[0] == YOLOV6_PARTS[0]:
         if len(types) == 4 and types[1:3] == YOLOV6_PARTS[1:3] and types[3] in PLUS_POSTS:
             return "yolov6"  # retina_post is refused in one line by the post-process reader
@@ -166,6 +174,10 @@ def build_up_net(net_cfg, path="net"):
         from .yolox_retina_net import build_yolox_retina_net
 
         return build_yolox_retina_net(net_cfg, path)
+    if shape == "yolov5":
+        from .yolov5_net import build_yolov5_net
+
+        return build_yolov5_net(net_cfg, path)
     if shape == "yolov6":
         from .yolov6_net import build_yolov6_net
 

@@ -16,10 +16,6 @@ REFUSED = {
     "base_ssl_postprocess": ("self-supervised loss post-process", "supervised training only"),
     "self": ("whole-model options (freeze_patterns)", "frozen_layers on the backbone"),
     # -- detection ----------------------------------------------------------------------------
-    "DarkNetv5": ("YOLOv5 CSPDarknet backbone", "resnet18/34/50 (UP form)"),
-    "DarknetPAFPN": ("YOLOv5 PAFPN neck", "FPN (UP form)"),
-    "YoloV5Head": ("YOLOv5 anchor head", _RETINA),
-    "yolov5_post": ("YOLOv5 loss and post-process", _RETINA),
     "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
                             "RetinaHeadWithBN (UP form: convs shared across levels)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
