@@ -210,7 +210,8 @@ EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_traine
                                     "up_trainer.tasks.det.lvis_evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",
                                     "up_trainer.tasks.det.yolox.transforms", "up_trainer.tasks.det.mix_transforms",
-                                    "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre"])
+                                    "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre",
+                                    "up_trainer.tasks.det.onenet.transforms"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])

@@ -217,7 +217,6 @@ UNMAPPED_UP_TRANSFORMS = {
     "torch_cutmix_mixup": ("UP's per-sample CutMix/MixUp (draws extra images from the dataset)",
                            "the training batch_fn batch_cutmixup (dataset.train.dataloader.kwargs.batch_fn)"),
     "mosaicv2": ("UP's YOLOX mosaic v2", "mosaic (UP's YOLOX mosaic)"),
-    "range_crop": ("UP's scale-range crop", "RandomIoUCrop (torchvision v2)"),
     "normalize_inverse": ("UP's undo of normalize for visualisation", "nothing in a training pipeline"),
 }
 

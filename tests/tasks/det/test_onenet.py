@@ -141,3 +141,26 @@ def test_onenet_trains_on_digit_scenes_to_a_non_trivial_ap():
 
 
 STEPS = int(os.environ.get("ONENET_STEPS", 400))
+
+
+def test_range_crop_resizes_then_cuts_a_window_keeping_overlapping_boxes():
+    from torchvision import tv_tensors
+
+    from up_trainer.tasks.det.onenet.transforms import RangeCrop
+    from up_trainer.tasks.det.pipeline import from_pipeline
+
+    torch.manual_seed(0)
+    crop = RangeCrop(crop_size=[20, 24], scales=[32], crop_prob=1.0)
+    image = tv_tensors.Image(torch.rand(3, 48, 64))
+    boxes = torch.tensor([[0.0, 0, 64, 48], [60, 44, 64, 48]])  # the whole image; a corner
+    target = {"boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(48, 64)),
+              "labels": torch.tensor([1, 2])}
+    for _ in range(20):
+        out, t = from_pipeline(*crop(image, dict(target)))
+        h, w = out.shape[-2:]
+        assert 20 <= h <= 24 and 20 <= w <= 24  # resized to 32 x 43 first, then the window
+        assert t["boxes"][0].tolist() == [0.0, 0.0, float(w), float(h)]  # clipped to the window
+        assert t["labels"][0] == 1 and ((t["boxes"][:, 2:] > t["boxes"][:, :2]).all())
+    with pytest.raises(ConfigError, match="crop_size"):
+        RangeCrop(crop_size=[600, 384], scales=[400])
+    assert RangeCrop(crop_size=[1, 2], scales=[8], crop_prob=0.0)(image, target)[0] is image
