@@ -140,17 +140,19 @@ def _anchors(cfg, per_level, at):
     return torch.tensor(pairs, dtype=torch.float32).view(3, per_level, 2)
 
 
+def _three_weights(v):
+    return len(v) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1e3 for x in v)
+
+
 def read_post(opts, num_classes, per_level):
     _classes(opts, num_classes)
     opts.take("num_anchors_per_level", per_level, types=int, only=per_level, why="the head's")
     opts.take("num_level", 3, types=int, only=3, why="the neck's three levels")
     _strides(opts)
-    weights = opts.take("loss_weights", [0.05, 1.0, 0.5], types=list, check=lambda v: None if len(v) == 3 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1e3 for x in v) else
-        "expected [box, obj, cls] numbers in [0, 1000]")
-    layer = opts.take("obj_loss_layer_weights", [4.0, 1.0, 0.4], types=list, check=lambda v: None if len(v) == 3 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1e3 for x in v) else
-        "expected three numbers in [0, 1000], one per level")
+    weights = opts.take("loss_weights", [0.05, 1.0, 0.5], types=list, check=lambda v: None if _three_weights(v) else
+                        "expected [box, obj, cls] numbers in [0, 1000]")
+    layer = opts.take("obj_loss_layer_weights", [4.0, 1.0, 0.4], types=list, check=lambda v: None if
+                      _three_weights(v) else "expected three numbers in [0, 1000], one per level")
     opts.ignore("initializer", "UP's yolov5_post has no parameters to initialise")
     opts.ignore("prefix", "a log label")
     cfg = opts.sub("cfg")
@@ -168,7 +170,8 @@ def read_post(opts, num_classes, per_level):
     if set(nms) - {"type", "nms_iou_thresh"} or nms.get("type", "naive") != "naive" or isinstance(
             nms.get("nms_iou_thresh"), bool) or not isinstance(nms.get("nms_iou_thresh"), (int, float)) or \
             not 0 <= nms["nms_iou_thresh"] <= 1:
-        raise ConfigError(merger.at("nms"), f"{nms} is not mapped", "expected {type: naive, nms_iou_thresh: x in [0, 1]}")
+        raise ConfigError(merger.at("nms"), f"{nms} is not mapped",
+                          "expected {type: naive, nms_iou_thresh: x in [0, 1]}")
     merger.done()
     pred.done()
     _bce(cfg, "obj_loss")
