@@ -52,6 +52,7 @@ FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*
                     "det/rfcn/*.yaml", "det/cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml",
                     "det/retinanet/yolox_*_ret_a*_comloc*.yaml", "det/efl/efl_oids_*.yaml",
                     "det/efl/efl_improved_baseline_*.yaml", "det/efl/efl_yolox_*.yaml", "det/efl/eqfl_yolox_*.yaml",
+                    "det/onenet/*.yaml",
                     "det/yolov6/*.yaml", "det/yolov5/*.yaml")
 OTHERS = sorted(set(up_files("cls/**/*.yaml", "det/**/*.yaml")) - set(FAMILIES))
 
@@ -86,6 +87,7 @@ BIG |= {f"det/retinanet/yolox_{size}_ret_a{a}_comloc.yaml" for size in "mlx" for
 BIG |= {"det/efl/efl_oids_r101_2x_random.yaml",
         "det/efl/efl_improved_baseline_r101_2x_rfs.yaml"}  # ResNet-101 at 5 levels: ~150 s; the r50 files run the same code
 BIG |= {"det/efl/efl_yolox_medium.yaml", "det/efl/eqfl_yolox_medium.yaml"}  # YOLOX-m; the small files run the same code
+BIG |= {"det/onenet/onenet-r50_3x.yaml"}  # ResNet-50; onenet-r18 runs the same code
 # YOLOv6-s/t (18.9M / 16.4M parameters): ~60 s a dry run at load 8; the n files run the same code.
 BIG |= {f"det/yolov6/yolox_v6{size}_ret_a2_comloc_400e_640x640{aug}.yaml" for size in "st" for aug in ("", "_v6aug")}
 BIG |= {"det/yolov5/yolov5_small_silu.yaml"}  # YOLOv5-s, 40-90 s at load 20; the relu file runs the same code
