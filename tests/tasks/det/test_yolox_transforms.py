@@ -168,6 +168,20 @@ def test_perspective_keeps_unwarped_samples_and_filters_like_up():
     assert s["image"].shape == (3, 40, 40) and s["target"]["boxes"].tolist() == data[0][2]
 
 
+def test_ups_yolov5_random_perspective_is_the_same_warp_with_one_scale_number():
+    """random_perspective (UP's YOLOv5 affine, its YOLOX one's parent in UP): scale s draws from
+    U(1 - s, 1 + s); with s = 0 and no other motion the sample is unchanged."""
+    data = [(40, 40, [[4, 4, 20, 20], [30, 30, 33, 33]], [1, 2], [])]
+    still = {"type": "random_perspective", "kwargs": {"degrees": 0.0, "translate": 0.0, "scale": 0.0}}
+    s = sample(PaintedBoxes(data, [still]), 0, 0)
+    assert s["target"]["boxes"].tolist() == data[0][2]
+    assert torch.equal(s["image"], PaintedBoxes(data, None)[0]["image"])
+    warp = build_transforms([{"type": "random_perspective", "kwargs": {"scale": 0.25}}]).transforms[0]
+    torch.manual_seed(0)
+    scales = [warp.matrix(40, 40, 40, 40)[1] for _ in range(200)]
+    assert 0.75 <= min(scales) < 0.8 and 1.2 < max(scales) <= 1.25
+
+
 def test_mosaic_and_mixup_are_deterministic_by_torch_seed():
     ds = DigitsDetection(num_images=8, canvas_size=48, transforms=[MOSAIC, PERSPECTIVE, MIXUP])
     a, b, c = sample(ds, 3, 11), sample(ds, 3, 11), sample(ds, 3, 12)
