@@ -43,7 +43,7 @@ def up_files(*patterns):
 
 FAMILIES = up_files("cls/resnet/*.yaml", "cls/mobilenetv2/*.yaml", "cls/regnet/*.yaml", "cls/swin/*.yaml",
                     "cls/vision_transformer/*.yaml", "cls/mobilenetv3/*.yaml", "cls/inference/*.yaml",
-                    "cls/convnext/*.yaml", "cls/cswin/*.yaml",
+                    "cls/convnext/*.yaml", "cls/cswin/*.yaml", "cls/multicls/*.yaml", "cls/resnet/downstream/*.yaml",
                     "det/retinanet-r50_1x*.yaml", "det/faster_rcnn_r50_fpn_1x.yaml", "det/yolox/*.yaml",
                     "det/fcos/fcos-R50-1x.yaml", "det/retinanet/retinanet-r18-improve.yaml",
                     "det/retinanet/retinanet-r18-improve_cos_iou.yaml",
@@ -91,10 +91,13 @@ BIG |= {"det/onenet/onenet-r50_3x.yaml"}  # ResNet-50; onenet-r18 runs the same 
 # YOLOv6-s/t (18.9M / 16.4M parameters): ~60 s a dry run at load 8; the n files run the same code.
 BIG |= {f"det/yolov6/yolox_v6{size}_ret_a2_comloc_400e_640x640{aug}.yaml" for size in "st" for aug in ("", "_v6aug")}
 BIG |= {"det/yolov5/yolov5_small_silu.yaml"}  # YOLOv5-s, 40-90 s at load 20; the relu file runs the same code
-# CSWin-T/S/B and ConvNeXt-S: 90-180 s a dry run at load 6 (they passed when added); convnext_t runs
-# the ConvNeXt code, tests/up_compat/test_up_convnext_cswin.py a narrow CSWin.
+# CSWin-T/S/B and ConvNeXt-T/S: 50-180 s a dry run at load 6 (they passed when added);
+# tests/up_compat/test_up_convnext_cswin.py trains a narrow ConvNeXt and runs a narrow CSWin.
 BIG |= {"cls/cswin/cswin_tiny.yaml", "cls/cswin/cswin_small.yaml", "cls/cswin/cswin_base.yaml",
-        "cls/convnext/convnext_s.yaml"}
+        "cls/convnext/convnext_t.yaml", "cls/convnext/convnext_s.yaml"}
+# ResNet-50 downstream files: 10-30 s each at load 6; res50_car_strikes runs their code (and the
+# torch_cutmix_mixup batch form), res50.yaml the rest.
+BIG |= {f"cls/resnet/downstream/res50_{name}.yaml" for name in ("car", "flower", "pet", "flower_strikes")}
 ALL_DRY_RUNS = os.environ.get("UP_TRAINER_ALL_UP_DRY_RUNS") == "1"
 
 
@@ -120,6 +123,9 @@ def up_data(tmp_path_factory):
             Image.fromarray(gray).resize((40, 40)).convert("RGB").save(root / "images" / split / f"{i}.png")
             lines.append(f"{i}.png {labels[i]}")
         (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+        for name, label in (("custom", lambda y: y), ("two_heads", lambda y: [y, y % 2])):  # custom_cls JSON lines
+            records = [json.dumps({"filename": f"{i}.png", "label": label(int(labels[i]))}) for i in rows]
+            (root / f"{split}_{name}.txt").write_text("\n".join(records) + "\n")  # two_heads: list labels
     (root / "cls_freq.json").write_text(json.dumps([150] * 3 + [50] * 3 + [5] * 994))  # images per class
     coco = export_digits_coco(str(root / "coco"), num_images=6, num_val_images=4, seed=0)
     from lvis_fixtures import digits_lvis  # UP's lvisv1 files: the same kind of scenes as LVIS v1 files
@@ -132,6 +138,8 @@ def data_opts(rel, data):
     with open(os.path.join(UP_DIR, rel), encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
     ds, opts = cfg["dataset"], []
+    two_heads = any(isinstance((e.get("kwargs") or {}).get("num_classes"), list) for e in cfg.get("net") or []
+                    if isinstance(e, dict))  # UP's multi-head classification: a list label per image
     for split in ("train", "test"):
         entry = ds.get(split)
         if not isinstance(entry, dict) or "dataset" not in entry:
@@ -140,7 +148,8 @@ def data_opts(rel, data):
         kwargs = entry["dataset"]["kwargs"]
         if entry["dataset"]["type"] == "cls":
             sub = "train" if split == "train" else "val"
-            opts += [f"{pre}.meta_file={data['root']}/{sub}.txt",
+            meta = sub if kwargs.get("meta_type") != "custom_cls" else f"{sub}_two_heads" if two_heads else f"{sub}_custom"
+            opts += [f"{pre}.meta_file={data['root']}/{meta}.txt",
                      f"{pre}.image_reader.kwargs.image_dir={data['root']}/images/{sub}"]
             if "inference_from" in (kwargs.get("inference_cfg") or {}):  # an image folder, searched
                 opts.append(f"{pre}.inference_cfg.inference_from={data['root']}/images/{sub}")

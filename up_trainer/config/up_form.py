@@ -12,6 +12,7 @@ one area (runtime, dataset, trainer, net) rewrites only that area. No torch impo
 import hashlib
 
 from ..errors import ConfigError, did_you_mean
+from .up_cutmix import cutmix_mixup_to_batch_fn
 from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
@@ -115,6 +116,7 @@ def translate(cfg, source_path=None):
         for step in UP_STEPS:
             step(cfg, notes)
     translate_dataset(cfg, notes)
+    cutmix_mixup_to_batch_fn(cfg, notes)
     native_pipeline_key(cfg, notes)
     refuse_unmapped_hooks(cfg)
     previous = cfg.get("origin")
