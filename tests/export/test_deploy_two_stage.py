@@ -123,3 +123,22 @@ def test_two_stage_raw_outputs_are_the_proposals_and_their_boxes_per_class(tmp_p
     for i in range(2):
         assert int(num[i]) == len(want[i]) and torch.equal(proposals[i, : len(want[i])], want[i])
         assert (scores[i, int(num[i]):] == -1).all() and (proposals[i, int(num[i]):] == 0).all()
+
+
+@pytest.mark.slow  # one export and two evals: 25 s at load average 20 (kept out of the default suite's budget)
+def test_eval_model_gives_the_checkpoints_metrics_for_a_two_stage_file(tmp_path):
+    from conftest import invoke
+
+    from up_trainer.export import export_model
+
+    cfg, ckpt, _ = make_net(tmp_path, "c4")
+    out = str(tmp_path / "c4.raw.onnx")
+    export_model(resolve_config(cfg), ckpt, "onnx", out, form="raw")
+    metrics = {}
+    for flag, value in (("--checkpoint", ckpt), ("--model", out)):
+        results = tmp_path / flag.strip("-")
+        res = invoke(["eval", "--config", cfg, flag, value, "--opts", f"saver.results_dir={results}"])
+        assert res.exit_code == 0, res.stderr
+        metrics[flag] = {k: v for k, v in json.load(open(results / "metrics.json")).items() if k.startswith("bbox.")}
+    assert len(metrics["--model"]) > 5  # (the checkpoint's eval also reports its val loss)
+    assert metrics["--model"] == pytest.approx(metrics["--checkpoint"], abs=1e-4)
