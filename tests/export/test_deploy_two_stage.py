@@ -91,7 +91,7 @@ def test_faster_rcnn_end_to_end_onnx_runs_as_the_model(tmp_path):
     assert record["outputs"] == ["num_detections", "boxes", "scores", "labels"]
 
 
-@pytest.mark.slow  # 20-60 s per net on 2 idle cores (three exports, each verified; pt2 is the slow one)
+@pytest.mark.slow  # 15-140 s per net at load average 20 (three exports, each verified; pt2 is the slow one)
 @pytest.mark.parametrize("name", list(NETS))
 def test_every_two_stage_net_and_up_fcos_export_in_both_forms_and_pt2(tmp_path, name):
     records = check_forms(tmp_path, name, FORMS)
