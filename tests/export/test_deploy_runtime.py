@@ -123,7 +123,9 @@ def test_benchmark_refuses_an_unknown_format(tmp_path):
     assert "--formats" in res.output and "tensorrt" in res.output and len(res.output.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "pt2", "torchscript"])
+@pytest.mark.parametrize("fmt", ["onnx",  # pt2 and torchscript: the same path, left to the slow run (6-20 s each)
+                                 pytest.param("pt2", marks=pytest.mark.slow),
+                                 pytest.param("torchscript", marks=pytest.mark.slow)])
 def test_dynamic_size_export_runs_at_sizes_it_was_not_traced_at(tmp_path, fmt):
     cfg, ckpt, model = classifier(tmp_path)
     out = str(tmp_path / f"cls.{fmt}")
