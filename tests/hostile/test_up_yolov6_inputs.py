@@ -86,3 +86,41 @@ def test_ups_yolov5_files_pass_up_config_with_a_note_on_center_pad(act):
     res = invoke(["config", "--config", os.path.join(UP_FIXTURES, "det", "yolov5", f"yolov5_small_{act}.yaml")])
     assert res.exit_code == 0, res.stderr or res.exception
     assert "center_pad (UP's YOLOv5 centred batch padding) pads at the bottom and right here" in res.stdout
+
+
+V5 = os.path.join(UP_FIXTURES, "det", "yolov5", "yolov5_small_relu.yaml")
+
+
+def _v5_edited(tmp_path, index, key, value):
+    with open(V5, encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    cfg = {k: v for k, v in cfg.items() if k in ("runtime", "dataset", "trainer", "saver", "ema", "net")}
+    node = cfg["net"][index]["kwargs"]
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    path = tmp_path / "v5.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("index, key, value, where", [
+    (0, "init_planes", 10 ** 9, "net[0].kwargs.init_planes: a multiple of 8 in [8, 1024]"),
+    (0, "csp1_block_nums", [1, 3, 3, 10 ** 6], "net[0].kwargs.csp1_block_nums: expected four integers in [1, 64]"),
+    (0, "input_channels", -3, "net[0].kwargs.input_channels: must be in [1, 64]"),
+    (1, "csp2_block_nums", 0, "net[1].kwargs.csp2_block_nums: must be in [1, 64]"),
+    (2, "num_anchors_per_level", 10 ** 6, "net[2].kwargs.num_anchors_per_level: must be in [1, 16]"),
+    (3, "loss_weights", [0.05, float("nan"), 0.5], "net[3].kwargs.loss_weights: expected [box, obj, cls]"),
+    (3, "obj_loss_layer_weights", [4.0, 1.0], "net[3].kwargs.obj_loss_layer_weights: expected three numbers"),
+    (3, "cfg.roi_predictor.kwargs.conf_thres", 1.5, "net[3].kwargs.cfg.roi_predictor.kwargs.conf_thres: must be in"),
+    (3, "cfg.roi_predictor.kwargs.merger.kwargs.top_n", 0, "merger.kwargs.top_n: must be in [1, 100000]"),
+    (3, "cfg.roi_predictor.kwargs.merger.kwargs.nms", {"type": "naive", "nms_iou_thresh": "0.6"}, "merger.kwargs.nms"),
+    (3, "cfg.anchor_generator.kwargs.base_anchors_file", 7, "base_anchors_file: expected a string"),
+])
+def test_hostile_yolov5_value_is_one_line_naming_the_key(tmp_path, index, key, value, where):
+    res = invoke(["config", "--config", _v5_edited(tmp_path, index, key, value)])
+    assert res.exit_code == 2, res.stderr or res.exception
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("up: error: ") and "Traceback" not in res.stderr, res.stderr
+    assert where in lines[0], lines[0]
