@@ -82,6 +82,14 @@ def test_up_file_net_maps_and_refusals_name_the_kwarg():
     model = build_up_net(copy.deepcopy(up_net()))
     assert [n for n, _ in model.named_children()][:3] == ["backbone", "neck", "roi_head"]
     assert model.criterion.use_qfl and model.criterion.l1_weight == 5.0 and model.predictor.topk_boxes == 100
+    # UP-named weights: the backbone's and the normalised FPN's names rewritten, the head's kept
+    up_names = {"backbone.layer0.0.weight": "backbone.conv1.weight",
+                "neck.c3_lateral.conv.weight": "neck.inner_blocks.0.0.weight",
+                "neck.p7_conv.bias": "neck.extra_blocks.convs.1.bias",
+                "roi_head.cls_subnet.3.2.1.weight": "roi_head.cls_subnet.3.2.1.weight",
+                "roi_head.box_subnet_pred.weight": "roi_head.box_subnet_pred.weight"}
+    assert set(model.translate_up_weights({k: 0 for k in up_names})) == set(up_names.values()) \
+        <= set(model.state_dict())
     for index, key, value, message in [
         (3, "net_type", "fcos", "net[3].kwargs.net_type: 'fcos' is not supported"),
         (3, "cfg.roi_supervisor.kwargs.matcher.kwargs.easy_match", False, "easy_match: False is not supported"),
