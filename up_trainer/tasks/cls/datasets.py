@@ -358,8 +358,11 @@ class ClsMetaDataset(ClsDatasetBase):
         if classes is not None:
             num_classes = len(classes)
         labeled = [(label, lineno) for _, label, lineno in self.records if label is not None]
-        if any(isinstance(label, tuple) for label, _ in labeled):
-            self._set_heads(labeled, classes, num_classes)
+        if any(isinstance(label, tuple) for label, _ in labeled):  # UP's multi-head form
+            from .multi_head import head_counts
+
+            self.num_classes = head_counts(labeled, classes, num_classes, self.meta_file)
+            self.classes = [str(i) for i in range(self.num_classes[0])]
             return
         if num_classes is not None:
             for label, lineno in labeled:
@@ -371,22 +374,6 @@ class ClsMetaDataset(ClsDatasetBase):
         self.num_classes = num_classes  # None: unlabeled images only (inference_only) and no class count given
         self.classes = ([str(c) for c in classes] if classes is not None else
                         [str(i) for i in range(num_classes or 0)])
-
-    def _set_heads(self, labeled, classes, num_classes):
-        """List labels (UP's multi-head form): every labeled record gives one class per head;
-        ``num_classes`` becomes the list of per-head counts (the largest label + 1 per head)."""
-        first, first_line = labeled[0]
-        heads = len(first) if isinstance(first, tuple) else 1
-        for label, lineno in labeled:
-            if not isinstance(label, tuple) or len(label) != heads:
-                got = f"{len(label)} labels" if isinstance(label, tuple) else "a single label"
-                raise DataError(f"{self.meta_file}:{lineno}: {got}, but line {first_line} gives {heads} (one class "
-                                "per classifier head; every record needs the same number)")
-        if classes is not None or num_classes is not None:
-            raise ConfigError("num_classes", "list labels (one per classifier head) take their class counts from "
-                              "the net's num_classes list; remove classes / num_classes from the dataset")
-        self.num_classes = [max(label[h] for label, _ in labeled) + 1 for h in range(heads)]
-        self.classes = [str(i) for i in range(self.num_classes[0])]
 
     def __len__(self):
         return len(self.records)

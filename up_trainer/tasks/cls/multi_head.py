@@ -12,6 +12,22 @@ import torch.nn.functional as F
 from ...errors import ConfigError, DataError
 
 
+def head_counts(labeled, classes, num_classes, meta_file):
+    """Per-head class counts (largest label + 1) of list labels, ``labeled``: (label, line)
+    pairs; every labeled record must give one class per head."""
+    first, first_line = labeled[0]
+    heads = len(first) if isinstance(first, tuple) else 1
+    for label, lineno in labeled:
+        if not isinstance(label, tuple) or len(label) != heads:
+            got = f"{len(label)} labels" if isinstance(label, tuple) else "a single label"
+            raise DataError(f"{meta_file}:{lineno}: {got}, but line {first_line} gives {heads} (one class per "
+                            "classifier head; every record needs the same number)")
+    if classes is not None or num_classes is not None:
+        raise ConfigError("num_classes", "list labels (one per classifier head) take their class counts from the "
+                          "net's num_classes list; remove classes / num_classes from the dataset")
+    return [max(label[h] for label, _ in labeled) + 1 for h in range(heads)]
+
+
 def check_head_counts(predicted, key, datasets):
     """The net's per-head class counts against each dataset's (list labels: one per head)."""
     for path, dataset in datasets:
