@@ -35,9 +35,12 @@ def test_layout_and_smaller_images_in_larger_buffers():
     channels_last = torch.zeros(32, 48, 3, dtype=torch.uint8).permute(2, 0, 1)
     out = buffer_pool.empty_like(channels_last)
     assert _storage_ptr(out) == ptr and out.stride() == (1, 48 * 3, 3)
-    # a strided slice (not dense) gets a fresh tensor of the same shape
+    # a crop (not dense) gets a dense tensor of the same shape, channels-last for a crop of
+    # channels-last memory
     sliced = torch.zeros(3, 64, 64, dtype=torch.uint8)[:, ::2]
-    assert buffer_pool.empty_like(sliced).shape == sliced.shape
+    assert buffer_pool.empty_like(sliced).is_contiguous() and buffer_pool.empty_like(sliced).shape == sliced.shape
+    crop = torch.zeros(64, 64, 3, dtype=torch.uint8).permute(2, 0, 1)[:, 4:20, 8:40]
+    assert buffer_pool.empty_like(crop).stride() == (1, 32 * 3, 3)
 
 
 def test_conversion_through_reused_buffers_matches_a_fresh_one():
@@ -52,3 +55,14 @@ def test_conversion_through_reused_buffers_matches_a_fresh_one():
         assert torch.equal(convert(batch), expected)
         for image, converted in zip(images, ModelInput()(images)):
             assert torch.equal(converted, image.to(torch.float32).div_(255.0))
+
+
+def test_a_buffer_sent_to_another_process_is_never_reused():
+    """A DataLoader worker moves a sample's storage to shared memory to send it; the main
+    process may still read those pages after the worker dropped the tensor."""
+    buffer_pool.clear()
+    image = torch.zeros(3, 8, 8, dtype=torch.uint8)
+    sent = buffer_pool.empty_like(image)
+    ptr = _storage_ptr(sent.share_memory_())
+    del sent
+    assert _storage_ptr(buffer_pool.empty_like(image)) != ptr

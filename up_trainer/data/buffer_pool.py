@@ -9,9 +9,11 @@ about 1 ms when the pages already exist).
 The pool keeps the storages of earlier conversions and hands one out again once nothing else
 holds it: a storage whose only owner is the pool (its use count is 1) cannot be seen by any
 tensor, so writing into it changes nothing anyone holds. A batch a caller keeps (a hook, a
-prefetch) keeps its storage busy and the pool allocates another. Where torch does not expose
-the use count, nothing is reused.
+prefetch) keeps its storage busy and the pool allocates another; a storage moved to shared
+memory (a sample a DataLoader worker sent to the main process) is dropped, never reused. Where
+torch does not expose the use count, nothing is reused.
 """
+import math
 import threading
 
 import torch
@@ -37,22 +39,49 @@ def _dense_strides(tensor):
 
 
 def _unused(storage):
+    """Nothing but the pool holds ``storage``, and it was never moved to shared memory (a
+    DataLoader worker hands its samples to the main process that way: the main process may
+    still read those pages after the worker let go of them)."""
     try:
-        return _use_count(storage._cdata) == 1
+        return _use_count(storage._cdata) == 1 and not storage.is_shared()
     except Exception:  # noqa: BLE001 - a torch without it: never reuse
         return False
 
 
-def empty_like(tensor, dtype=torch.float32):
-    """An uninitialised CPU tensor of ``tensor``'s shape and memory layout in ``dtype``, in a
-    storage that an earlier conversion left behind when one is free and large enough."""
+def _layout_of(tensor):
+    """Dense strides for a copy of ``tensor``: its own when it is dense, else channels-last for
+    a CxHxW view of HxWxC memory (a crop of a decoded image), else contiguous."""
     strides = _dense_strides(tensor)
-    if _use_count is None or tensor.device.type != "cpu" or strides is None:
+    if strides is not None:
+        return strides
+    if tensor.dim() == 3 and tensor.stride(0) == 1:
+        c, h, w = tensor.shape
+        return (1, w * c, c)
+    return torch.empty(0).new_empty(tensor.shape, device="meta").stride()
+
+
+def empty_like(tensor, dtype=torch.float32):
+    """An uninitialised CPU tensor of ``tensor``'s shape and memory layout (its dense
+    equivalent: see :func:`_layout_of`) in ``dtype``, in a storage that an earlier conversion
+    left behind when one is free and large enough."""
+    if _use_count is None or tensor.device.type != "cpu":
         return torch.empty_like(tensor, dtype=dtype)
-    need = tensor.numel() * torch.empty((), dtype=dtype).element_size()
+    return _take(tensor.shape, _layout_of(tensor), dtype)
+
+
+def empty(shape, dtype):
+    """An uninitialised contiguous CPU tensor of ``shape`` and ``dtype`` from the pool."""
+    if _use_count is None:
+        return torch.empty(shape, dtype=dtype)
+    return _take(shape, torch.empty(shape, device="meta").stride(), dtype)
+
+
+def _take(shape, strides, dtype):
+    need = max(1, math.prod(shape)) * torch.empty((), dtype=dtype).element_size()
     with _lock:
         # the smallest free storage that fits (a 480 x 480 image does not take an 800 x 800 one
         # while a fitting one is free)
+        _free[:] = [s for s in _free if not s.is_shared()]  # sent to another process: never reused
         fitting = [s for s in _free if s.nbytes() >= need and _unused(s)]
         storage = min(fitting, key=lambda s: s.nbytes()) if fitting else None
         if storage is None:
@@ -67,7 +96,7 @@ def empty_like(tensor, dtype=torch.float32):
             _free.remove(storage)
         _free.append(storage)
     out = torch.empty(0, dtype=dtype)
-    out.set_(storage, 0, tensor.shape, strides)
+    out.set_(storage, 0, shape, strides)
     return out
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchvision import tv_tensors
 
+from ...data import buffer_pool
 from ...errors import ConfigError
 from ...registry import TRANSFORMS
 from .transforms import PER_BOX_KEYS
@@ -241,22 +242,22 @@ def mix_resized_window(pixels, image, scaled, offsets, flip):
     row_low, row_high, row_frac = _taps(torch.arange(y_off, y_off + rh), n_h, ch)
     col_low, col_high, col_frac = _taps(cols, n_w, cw)
     col_frac = col_frac.view(1, rw, 1)
-    # the image as (H W) x C pixels: each band gathers its 2 x 2 source pixels per output pixel
-    # in one index_select of whole pixels (a channels-last image, as decoded and as the letterbox
-    # is built, needs no copy for it), then works in float
-    pixels_hwc = image.permute(1, 2, 0).reshape(n_h * n_w, channels)
+    # per band: the two source rows of each output row (whole rows of the channels-last image,
+    # plain copies), blended in float; then the two columns of each output column gathered from
+    # that and blended (gathering the 2 x 2 pixels from the image at once took 40 % longer)
+    rows_of = image.permute(1, 2, 0).reshape(n_h, n_w * channels)
     pairs = torch.cat([col_low, col_high])
-    out = torch.empty(channels, th, tw, dtype=torch.uint8)
+    out = buffer_pool.empty((channels, th, tw), torch.uint8)
     for y0, y1 in row_bands(th, tw):
         band = pixels[:, y0:y1].to(torch.float32)
         r1 = min(y1, rh)
         if r1 > y0:
             b = r1 - y0
-            index = (torch.cat([row_low[y0:r1], row_high[y0:r1]]) * n_w)[:, None] + pairs[None, :]
-            taps = pixels_hwc.index_select(0, index.view(-1)).to(torch.float32).view(2 * b, 2 * rw, channels)
-            frac = row_frac[y0:r1].view(b, 1, 1)
-            rows = taps[:b].mul_(1.0 - frac).add_(taps[b:].mul_(frac))
-            window = rows[:, :rw].mul_(1.0 - col_frac).add_(rows[:, rw:].mul_(col_frac))
+            two = rows_of.index_select(0, torch.cat([row_low[y0:r1], row_high[y0:r1]])).to(torch.float32)
+            frac = row_frac[y0:r1].view(b, 1)
+            rows = two[:b].mul_(1.0 - frac).add_(two[b:].mul_(frac)).view(b, n_w, channels)
+            taps = rows.index_select(1, pairs)
+            window = taps[:, :rw].mul_(1.0 - col_frac).add_(taps[:, rw:].mul_(col_frac))
             band[:, :b, :rw].add_(window.permute(2, 0, 1))
         # (a + b) / 2 + 0.5, truncated: rounded half up (the sum is >= 0)
         out[:, y0:y1] = band.mul_(0.5).add_(0.5).to(torch.int16)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchvision import tv_tensors
 
+from ....data import buffer_pool
 from ....errors import ConfigError, DataError
 from ....registry import TRANSFORMS
 from ..transform_ops import box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
@@ -52,13 +53,18 @@ def warp_image(image, matrix, out_h, out_w, fill):
     dtype = image.dtype if image.is_floating_point() else torch.float32
     # in the image's own memory layout: converting a channels-last canvas to a CxHxW copy costs
     # more than grid_sample loses reading channels-last
-    pixels = image[:, top:bottom, left:right].to(dtype)
+    part = image[:, top:bottom, left:right]
+    # a reused buffer (data/buffer_pool.py): up to 20 MB of fresh pages per sample cost more
+    # than the conversion itself
+    pixels = buffer_pool.empty_like(part, dtype).copy_(part) if image.dtype != dtype else part
     shift = fill.to(dtype)
     blank = not bool(shift.any())
     if not blank:  # zeros padding then lands exactly on the fill colour
         pixels = pixels.sub_(shift) if image.dtype != dtype else pixels - shift  # never the caller's pixels
     covered = (x0, y0, x1, y1) == (0, 0, out_w, out_h)
-    out = torch.empty(c, out_h, out_w, dtype=image.dtype) if covered else fill.expand(c, out_h, out_w).clone()
+    out = buffer_pool.empty((c, out_h, out_w), image.dtype)
+    if not covered:
+        out.copy_(fill.expand(c, out_h, out_w))
     xs = torch.arange(x0, x1, dtype=dtype).add_(0.5)[None, :]
     for b0, b1 in row_bands(y1 - y0, x1 - x0):
         ys = torch.arange(y0 + b0, y0 + b1, dtype=dtype).add_(0.5)[:, None]
