@@ -22,16 +22,19 @@ def cutmix_first(tmp_path):
         text = f.read()
     old = "[*random_resized_crop,"
     assert old in text
-    text = text.replace("*normalize, *cutmix_mixup]", "*normalize]").replace(old, "[*cutmix_mixup, *random_resized_crop,")
+    text = text.replace("*normalize, *cutmix_mixup]", "*normalize]")
+    text = text.replace(old, "[*cutmix_mixup, *random_resized_crop,")
     path = tmp_path / "res50_car_strikes.yaml"
     path.write_text(text)
     return invoke(["config", "--config", path])
 
 
 @pytest.mark.parametrize("rel, change, fragments", [
-    ("convnext/convnext_t.yaml", "net.0.kwargs.drop_path_rate=1.5", ["net[0].kwargs.drop_path_rate: must be in [0, 1)"]),
+    ("convnext/convnext_t.yaml", "net.0.kwargs.drop_path_rate=1.5",
+     ["net[0].kwargs.drop_path_rate: must be in [0, 1)"]),
     ("convnext/convnext_t.yaml", "net.0.kwargs.act_func=swish", ["net[0].kwargs.act_func: expected one of gelu"]),
-    ("convnext/convnext_t.yaml", "net.1.kwargs.head_init_scale=[1]", ["net[1].kwargs.head_init_scale: expected a number"]),
+    ("convnext/convnext_t.yaml", "net.1.kwargs.head_init_scale=[1]",
+     ["net[1].kwargs.head_init_scale: expected a number"]),
     ("cswin/cswin_tiny.yaml", "net.0.kwargs.use_chk=true", ["net[0].kwargs.use_chk", "memory_checkpoint"]),
     ("cswin/cswin_tiny.yaml", "net.0.kwargs.out_indices=[3]", ["net[0].kwargs.out_indices: only [0, 1, 2, 3]"]),
     ("cswin/cswin_tiny.yaml", "net.0.kwargs.embed_dim=32", ["net[0].kwargs.embed_dim: UP kwarg not supported"]),

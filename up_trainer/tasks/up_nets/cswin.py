@@ -32,7 +32,8 @@ IMG_SIZE = 224  # UP's factories fix it; it only decides which stage counts as "
 class Mlp(nn.Module):
     def __init__(self, dim, hidden, drop):
         super().__init__()
-        self.fc1, self.act, self.fc2, self.drop = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim), nn.Dropout(drop)
+        self.fc1, self.act, self.fc2 = nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(drop)
 
     def forward(self, x):
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
