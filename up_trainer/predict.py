@@ -143,6 +143,10 @@ class Predictor:
             from .tta import with_tta
 
             self.model = with_tta(self.model, **tta)
+        heads = getattr(getattr(self.model, "model", self.model), "num_classes", None)
+        if isinstance(heads, list):  # UP's multi-head classification: one classifier per head
+            raise ConfigError("net", f"up predict reads one classifier; this net has {len(heads)} heads (UP's "
+                              "multi-head form)", "evaluate it with up eval: top-k per head")
         ds = test_dataset(cfg)
         self.classes = _class_names(ds, getattr(self.model, "model", self.model))
         self.preprocessing = _preprocessing(ds)

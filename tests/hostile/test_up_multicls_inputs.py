@@ -57,3 +57,24 @@ def test_one_label_per_image_under_two_classifiers(tmp_path):
     up_cls_data(tmp_path, [1, 2])
     assert_one_line(train(tmp_path, MULTICLS), "net[1].kwargs.num_classes: the net has 2 classifier heads but "
                     "dataset.train has one label per image")
+
+
+def test_predict_refuses_a_multi_head_net_in_one_line_and_eval_reports_per_head(tmp_path):
+    up_cls_data(tmp_path, [[1, 0], [2, 1], [3, 0], [4, 1]])
+    opts = []
+    for split in ("train", "test"):
+        pre = f"dataset.{split}.dataset.kwargs"
+        opts += [f"{pre}.meta_file={tmp_path / 'meta.txt'}", f"{pre}.image_reader.kwargs.image_dir={tmp_path / 'img'}",
+                 f"{pre}.transformer.0.kwargs.size=8"]
+    opts += ["dataset.test.dataset.kwargs.transformer.1.kwargs.size=8", "trainer.max_epoch=1",
+             "dataset.train.dataloader.kwargs.num_workers=0", "dataset.test.dataloader.kwargs.num_workers=0",
+             f"saver.save_dir={tmp_path / 'ckpt'}"]
+    res = invoke(["train", "--config", MULTICLS, "--work-dir", tmp_path / "run", "--device", "cpu", "--opts", *opts])
+    assert res.exit_code == 0, res.stderr
+    ckpt = sorted((tmp_path / "ckpt").glob("*.pth"))[0]
+    common = ["--config", MULTICLS, "--checkpoint", ckpt, "--device", "cpu", "--opts", *opts]
+    res = invoke(["predict", *common[:4], "--input", tmp_path / "img", "--out", tmp_path / "pred", *common[4:]])
+    assert_one_line(res, "net: up predict reads one classifier; this net has 2 heads")
+    res = invoke(["eval", *common, "--work-dir", tmp_path / "eval"])
+    assert res.exit_code == 0, res.stderr
+    assert "head1.top1" in res.stdout and "avg_top1" in res.stdout, res.stdout
