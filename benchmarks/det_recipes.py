@@ -107,9 +107,18 @@ def params_flops(run_dir):
     return total[1], total[2], cfg["trainer"]["max_epoch"]
 
 
+def rst(head, rows):
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    rule = "  ".join("=" * w for w in widths)
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths)), rule]
+    return "\n".join(lines + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows] + [rule])
+
+
 def table(names, work, data):
+    """Two tables: one row per recipe (size, best AP / AP50, when AP50 passed 0.5), and one row
+    per epoch with each recipe's AP / AP50 and its training minutes so far."""
     n_iter = epoch_len(data, 8)
-    rows = []
+    curves, summary = {}, []
     for name in names:
         run_dir = os.path.join(work, name)
         if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
@@ -117,20 +126,20 @@ def table(names, work, data):
         curve = train_minutes(run_dir, n_iter)
         if not curve:
             continue
+        curves[name] = curve
         params, flops, max_epoch = params_flops(run_dir)
         best = max(curve, key=lambda e: curve[e][0])
-        half = [e for e in curve if e <= max_epoch // 2 and curve[e][1] >= 0.5]
-        rows.append((name, params, flops, f"{curve[best][0]:.3f} (ep {best})",
-                     f"{max(c[1] for c in curve.values()):.3f}",
-                     f"ep {min(half)}" if half else "-",
-                     " ".join(f"{c[0]:.3f}/{c[1]:.3f}@{c[2]:.1f}" for _, c in sorted(curve.items()))))
-    head = ("recipe", "params", "FLOPs", "best AP", "best AP50", "AP50 >= 0.5 by half",
-            "AP/AP50 @ training minutes, after each epoch")
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    rule = "  ".join("=" * w for w in widths)
-    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths)), rule]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows] + [rule]
-    print("\n".join(lines))
+        passed = [e for e in sorted(curve) if curve[e][1] >= 0.5]
+        summary.append((name, params, flops, f"{len(curve)} / {max_epoch}", f"{curve[best][0]:.3f} (ep {best})",
+                        f"{max(c[1] for c in curve.values()):.3f}",
+                        f"ep {passed[0]}, {curve[passed[0]][2]:.1f} min" if passed else "-",
+                        f"{curve[max(curve)][2]:.1f}"))
+    print(rst(("recipe", "params", "FLOPs", "epochs", "best AP", "best AP50", "AP50 >= 0.5 at", "minutes"), summary))
+    print()
+    epochs = sorted({e for c in curves.values() for e in c})
+    rows = [(str(e), *(f"{c[e][0]:.3f} / {c[e][1]:.3f} ({c[e][2]:.1f})" if e in c else "-"
+                       for c in curves.values())) for e in epochs]
+    print(rst(("epoch", *(f"{n}: AP / AP50 (min)" for n in curves)), rows))
     print("load average while measuring: %.1f %.1f %.1f" % os.getloadavg())
 
 
