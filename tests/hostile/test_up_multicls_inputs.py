@@ -2,6 +2,7 @@
 record with another number of entries than the others, an entry that is not a class index, a
 list label under a net with one classifier (or the other way round). Each stops ``up train``
 before training in one line naming the file:line or the net key (exit 2)."""
+import importlib.util
 import json
 import os
 
@@ -59,7 +60,7 @@ def test_one_label_per_image_under_two_classifiers(tmp_path):
                     "dataset.train has one label per image")
 
 
-def test_predict_refuses_a_multi_head_net_in_one_line_and_eval_reports_per_head(tmp_path):
+def test_predict_and_export_refuse_a_multi_head_net_in_one_line_eval_reports_per_head(tmp_path):
     up_cls_data(tmp_path, [[1, 0], [2, 1], [3, 0], [4, 1]])
     opts = []
     for split in ("train", "test"):
@@ -75,6 +76,9 @@ def test_predict_refuses_a_multi_head_net_in_one_line_and_eval_reports_per_head(
     common = ["--config", MULTICLS, "--checkpoint", ckpt, "--device", "cpu", "--opts", *opts]
     res = invoke(["predict", *common[:4], "--input", tmp_path / "img", "--out", tmp_path / "pred", *common[4:]])
     assert_one_line(res, "net: up predict reads one classifier; this net has 2 heads")
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):
+        res = invoke(["export", *common[:4], "--format", "onnx", "--out", tmp_path / "m.onnx", *common[6:]])
+        assert_one_line(res, "net: export writes one classifier's logits and scores; this net has 2 heads")
     res = invoke(["eval", *common, "--work-dir", tmp_path / "eval"])
     assert res.exit_code == 0, res.stderr
     assert "head1.top1" in res.stdout and "avg_top1" in res.stdout, res.stdout

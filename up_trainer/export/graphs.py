@@ -25,6 +25,12 @@ def is_detector(model):
 class ClassifierGraph(nn.Module):
     def __init__(self, model):
         super().__init__()
+        heads = getattr(model, "num_classes", None)
+        if isinstance(heads, list):  # UP's multi-head classification: one (logits, scores) pair per head
+            from ..errors import ConfigError
+
+            raise ConfigError("net", f"export writes one classifier's logits and scores; this net has {len(heads)} "
+                              "heads (UP's multi-head form)", "evaluate it with up eval: top-k per head")
         self.model = model
 
     def forward(self, image):
