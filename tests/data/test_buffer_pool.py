@@ -66,3 +66,12 @@ def test_a_buffer_sent_to_another_process_is_never_reused():
     ptr = _storage_ptr(sent.share_memory_())
     del sent
     assert _storage_ptr(buffer_pool.empty_like(image)) != ptr
+
+
+def test_idle_buffers_beyond_the_byte_budget_are_let_go(monkeypatch):
+    buffer_pool.clear()
+    monkeypatch.setattr(buffer_pool, "MAX_BYTES", 3 * 4 * 100)
+    for n in (100, 101, 102, 103):  # each larger than the last: none fits the next request
+        buffer_pool.empty((n,), torch.float32)
+    assert sum(s.nbytes() for s in buffer_pool._free) <= 3 * 4 * 100 + 4 * 103
+    buffer_pool.clear()

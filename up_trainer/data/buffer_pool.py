@@ -19,6 +19,7 @@ import threading
 import torch
 
 MAX_BUFFERS = 32  # storages kept (about two detection batches of 8 images, and a few spare)
+MAX_BYTES = 256 * 2**20  # and their total size: idle ones beyond it are let go, oldest first
 
 _lock = threading.Lock()
 _free = []  # UntypedStorage, most recently used last
@@ -95,6 +96,12 @@ def _take(shape, strides, dtype):
         else:
             _free.remove(storage)
         _free.append(storage)
+        total = sum(s.nbytes() for s in _free)
+        for idle in [s for s in _free[:-1] if _unused(s)]:  # oldest first
+            if total <= MAX_BYTES:
+                break
+            _free.remove(idle)
+            total -= idle.nbytes()
     out = torch.empty(0, dtype=dtype)
     out.set_(storage, 0, shape, strides)
     return out
