@@ -125,6 +125,24 @@ def test_mixup_of_an_image_that_fits_its_letterbox_rounds_once(items, seed, flip
     assert_matches(*run_both([mixup], items, seed), 0.5)
 
 
+def test_uint8_mixup_window_is_the_same_on_any_number_of_threads():
+    """DataLoader workers run one thread, the main process several: a sample must not depend on it."""
+    from up_trainer.tasks.det.mix_transforms import mix_resized_window
+
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (3, 320, 320), generator=g, dtype=torch.uint8)
+    letterbox = torch.randint(0, 256, (320, 320, 3), generator=g, dtype=torch.uint8).permute(2, 0, 1)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            results.append(mix_resized_window(pixels, letterbox, (500, 470), (37, 61), True))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(*results)
+
+
 @SETTINGS
 @given(items=st.lists(samples(), min_size=2, max_size=3), seed=st.integers(0, 2**31 - 1))
 def test_whole_yolox_pipeline_draws_the_same_boxes_on_uint8(items, seed):

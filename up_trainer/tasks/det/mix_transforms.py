@@ -230,23 +230,21 @@ def mix_resized_window(pixels, image, scaled, offsets, flip):
     """uint8 ``pixels`` (C x th x tw) averaged with the th x tw window at ``offsets`` (y, x) of
     ``image`` resized to ``scaled`` (h, w) (flipped left-right first when ``flip``; zero beyond
     the resized image), rounded half up once. The window is what ``_window(_resized(image,
-    *scaled), ...)`` gives on float images, with the same arithmetic per pixel (rows, then
-    columns), computed only for the window and band by band of rows (each band's float
+    *scaled), ...)`` gives on float images, with the same taps (rows, then columns; the columns'
+    weights in float32), computed only for the window and band by band of rows (each band's float
     temporaries stay in the CPU cache; a whole-window float image would be written into fresh
     pages). ``image``: uint8, or float on the 0-255 scale."""
     channels, th, tw = pixels.shape
     n_h, n_w = image.shape[-2:]
     (ch, cw), (y_off, x_off) = scaled, offsets
     rh, rw = min(ch - y_off, th), min(cw - x_off, tw)  # the window's part inside the resized image
-    cols = (cw - 1 - x_off - torch.arange(rw)) if flip else torch.arange(x_off, x_off + rw)
     row_low, row_high, row_frac = _taps(torch.arange(y_off, y_off + rh), n_h, ch)
-    col_low, col_high, col_frac = _taps(cols, n_w, cw)
-    col_frac = col_frac.view(1, rw, 1)
     # per band: the two source rows of each output row (whole rows of the channels-last image,
-    # plain copies), blended in float; then the two columns of each output column gathered from
-    # that and blended (gathering the 2 x 2 pixels from the image at once took 40 % longer)
+    # plain copies), blended in float; then torch's 1-D linear interpolation of those rows to
+    # the resized width (the taps of _taps with float32 weights: within 1e-4 of a level; the
+    # same bits on any number of threads; twice as fast as gathering the columns), and the
+    # window's columns of it
     rows_of = image.permute(1, 2, 0).reshape(n_h, n_w * channels)
-    pairs = torch.cat([col_low, col_high])
     out = buffer_pool.empty((channels, th, tw), torch.uint8)
     for y0, y1 in row_bands(th, tw):
         band = pixels[:, y0:y1].to(torch.float32)
@@ -256,9 +254,10 @@ def mix_resized_window(pixels, image, scaled, offsets, flip):
             two = rows_of.index_select(0, torch.cat([row_low[y0:r1], row_high[y0:r1]])).to(torch.float32)
             frac = row_frac[y0:r1].view(b, 1)
             rows = two[:b].mul_(1.0 - frac).add_(two[b:].mul_(frac)).view(b, n_w, channels)
-            taps = rows.index_select(1, pairs)
-            window = taps[:, :rw].mul_(1.0 - col_frac).add_(taps[:, rw:].mul_(col_frac))
-            band[:, :b, :rw].add_(window.permute(2, 0, 1))
+            lines = F.interpolate(rows.permute(0, 2, 1), size=cw, mode="linear", align_corners=False) \
+                if cw != n_w else rows.permute(0, 2, 1)
+            window = lines[..., cw - x_off - rw:cw - x_off].flip(-1) if flip else lines[..., x_off:x_off + rw]
+            band[:, :b, :rw].add_(window.permute(1, 0, 2))
         # (a + b) / 2 + 0.5, truncated: rounded half up (the sum is >= 0)
         out[:, y0:y1] = band.mul_(0.5).add_(0.5).to(torch.int16)
     return out
