@@ -78,10 +78,11 @@ def test_export_gives_back_the_scene_boxes(regime):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_recipe_resolves_and_dry_runs_on_the_export(recipe, regime):
+def test_recipe_resolves_and_dry_runs_on_the_export(recipe, regime, tmp_path):
     config = os.path.join(REPO, "configs", "det", f"small_data_{recipe}.yaml")
     runner = CliRunner()
     res = runner.invoke(main, ["config", "--config", config])
     assert res.exit_code == 0, res.output + repr(res.exception)
-    res = runner.invoke(main, ["train", "--config", config, "--dry-run", "--opts", *_opts(regime)])
+    res = runner.invoke(main, ["train", "--config", config, "--dry-run", "--work-dir", str(tmp_path),
+                               "--opts", *_opts(regime)])
     assert res.exit_code == 0, res.output + repr(res.exception)
