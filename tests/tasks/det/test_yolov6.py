@@ -188,36 +188,9 @@ def test_small_yolov6_learns_digit_scenes():
     file), 11 classes (10 digits + background), 300 AdamW steps of 8 on 128 64x64 scenes of 1-2
     digits, then COCO AP on 16 unseen scenes. Measured: bbox AP 0.162, AP50 0.318 (104 s at load
     ~20 on 2 cores, one thread)."""
-    from up_trainer.tasks.det.digits_det import DigitsDetection
-    from up_trainer.tasks.det.evaluator import CocoEvaluator
+    from scene_training import digit_scene_metrics
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        torch.manual_seed(0)
-        model = build_model(up_net("n", num_classes=11, width=0.25))
-        scenes = dict(canvas_size=64, digits_per_image=[1, 2], scale_range=[16, 28], seed=0)
-        train = DigitsDetection("train", 128, **scenes)
-        val = DigitsDetection("val", 16, **scenes)
-        samples = [train[i] for i in range(len(train))]
-        opt = torch.optim.AdamW(model.parameters(), lr=0.002, weight_decay=1e-4)
-        g = torch.Generator().manual_seed(0)
-        model.train()
-        for _ in range(300):
-            pick = torch.randint(len(samples), (8,), generator=g).tolist()
-            batch = {"image": [samples[i]["image"] for i in pick], "target": [samples[i]["target"] for i in pick]}
-            losses = model(batch)
-            opt.zero_grad()
-            sum(losses.values()).backward()
-            opt.step()
-        model.eval()
-        fuse_rep_blocks(model)  # evaluated in the deploy form
-        evaluator = CocoEvaluator(per_class=False)
-        batch = [val[i] for i in range(len(val))]
-        with torch.no_grad():
-            out = model({"image": [s["image"] for s in batch]})
-        evaluator.process({"index": torch.arange(len(batch)), "target": [s["target"] for s in batch]}, out)
-        metrics = evaluator.evaluate(evaluator.results())
-    finally:
-        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = build_model(up_net("n", num_classes=11, width=0.25))
+    metrics = digit_scene_metrics(model, 300, 0.002, before_eval=fuse_rep_blocks)  # evaluated in the deploy form
     assert metrics["bbox.AP"] > 0.12 and metrics["bbox.AP50"] > 0.25, metrics

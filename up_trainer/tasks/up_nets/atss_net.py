@@ -271,9 +271,16 @@ def build_retina_plus_net(net_cfg, path):
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells, class_first=post["class_first"])
+    return with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync if sync is not None else head_sync)
+
+
+def with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync):
+    """``model`` (a RetinaNet-style net on a ResNet trunk and UP's FPN) with what the trainer
+    reads of a UP net: classes counted with background, where num_classes is written, the
+    sync-BN group size, UP's entry names and the translation of UP-named weights."""
     model.num_classes_counts_background = True
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
-    model.sync_bn_group_size = sync if sync is not None else head_sync
+    model.sync_bn_group_size = sync
     model.up_part_names = [e["name"] for e in net_cfg]
     n_in = len(trunk.out_layers)
     model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3],

@@ -17,9 +17,8 @@ or refused in one line:
 from functools import partial
 
 from ...errors import ConfigError, join_path
-from .atss_net import FAMILY, read_head, translate_up_weights
+from .atss_net import FAMILY, read_head, with_up_records
 from .det_net import read_fpn
-from .keymap import backbone_rules, fpn_rules
 from .options import entry_options, loss_weight, typed_part
 
 HEADS = ("RetinaHeadWithBN", "RetinaSubNet")
@@ -119,12 +118,4 @@ def build_onenet_net(net_cfg, path):
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     model = RetinaPlusModel(trunk, fpn, head, criterion, OneNetPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells)
-    model.num_classes_counts_background = True
-    model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
-    model.sync_bn_group_size = sync if sync is not None else head_sync
-    model.up_part_names = [e["name"] for e in net_cfg]
-    n_in = len(trunk.out_layers)
-    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3],
-                                         rules={"backbone": backbone_rules(kind),
-                                                "neck": fpn_rules(fpn.up_start_level, n_in, levels - n_in)})
-    return model
+    return with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync if sync is not None else head_sync)

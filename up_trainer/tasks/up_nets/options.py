@@ -129,3 +129,21 @@ def same_value(opts, key, value, why):
 def read_num_classes(opts, key="num_classes"):
     """UP's class count, which counts the background."""
     return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
+
+
+def read_activation(opts, family, default):
+    """UP's ``act_fn: {type, kwargs}`` of a YOLOv5 / YOLOv6 part (``default`` type when absent):
+    the activation's constructor. LeakyReLU takes UP's slope 0.1."""
+    from functools import partial
+
+    from torch import nn
+
+    acts = {"hardswish": nn.Hardswish, "relu": nn.ReLU, "silu": nn.SiLU, "leakyrelu": partial(nn.LeakyReLU, 0.1)}
+    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": default})
+    key = str(kind).lower().replace("_", "")
+    if key not in acts:
+        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for {family}",
+                          "supported: Hardswish, ReLU, Silu, LeakyReLU")
+    kw.ignore("inplace", "no effect on the values")
+    kw.done()
+    return acts[key]

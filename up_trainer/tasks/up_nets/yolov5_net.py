@@ -13,26 +13,14 @@ import os
 from functools import partial
 
 import torch
-from torch import nn
 
 from ...errors import ConfigError, join_path
-from .options import entry_options, sub_options, typed_part
+from .options import entry_options, read_activation, sub_options, typed_part
 
 PARTS = ("DarkNetv5", "DarknetPAFPN", "YoloV5Head", "yolov5_post")
 FAMILY = "YOLOv5"
-ACTS = {"hardswish": nn.Hardswish, "relu": nn.ReLU, "silu": nn.SiLU, "leakyrelu": partial(nn.LeakyReLU, 0.1)}
 STRIDES = [8, 16, 32]
 
-
-def _act(opts):
-    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": "Hardswish"})
-    key = str(kind).lower().replace("_", "")
-    if key not in ACTS:
-        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for YOLOv5",
-                          "supported: Hardswish, ReLU, Silu, LeakyReLU")
-    kw.ignore("inplace", "no effect on the values")
-    kw.done()
-    return ACTS[key]
 
 
 def _common(opts):
@@ -65,7 +53,7 @@ def read_backbone(opts):
               why="UP's YOLOv5 files use the v5 Focus stem; v4_focus / stem_focus are not mapped for DarkNetv5")
     opts.take("out_layers", [2, 3, 4], types=list, only=[2, 3, 4], why="DarknetPAFPN takes stages 2, 3, 4")
     _strides(opts)
-    act = _act(opts)
+    act = read_activation(opts, "YOLOv5", "Hardswish")
     init = _common(opts)
     opts.done()
     return DarkNetv5(planes, nums, in_channels, act=act), init
@@ -80,7 +68,7 @@ def read_neck(opts, planes):
     opts.take("outplanes", -1, types=(int, list), only=-1, why="the aligning output convs are not mapped")
     opts.take("downsample", "conv", types=str, only="conv", why="no extra levels")
     _strides(opts)
-    act = _act(opts)
+    act = read_activation(opts, "YOLOv5", "Hardswish")
     init = _common(opts)
     opts.done()
     return DarknetPAFPN(planes, nums, act=act), init

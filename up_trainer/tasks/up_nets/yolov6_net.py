@@ -18,28 +18,16 @@ from functools import partial
 from torch import nn
 
 from ...errors import ConfigError, join_path
-from .atss_net import efl_module, read_post
-from .options import entry_options, sub_options
+from .options import entry_options, read_activation
 from .yolox_net import read_norm
-from .yolox_retina_net import PIXELS_255
+from .yolox_retina_net import retina_plus_on_parts
 
 PARTS = ("EfficientRep", "RepPANNeck", "Effidehead")
-ACTS = {"relu": nn.ReLU, "silu": nn.SiLU, "leakyrelu": partial(nn.LeakyReLU, 0.1), "hardswish": nn.Hardswish}
 BASE = dict(depth_multiple=0.33, width_multiple=0.25, backbone_base_repeats=[1, 6, 12, 18, 6],
             backbone_base_channels=[64, 128, 256, 512, 1024], neck_base_repeats=[12, 12, 12, 12],
             neck_base_channels=[256, 128, 128, 256, 256, 512])  # UP's defaults
 LENGTHS = dict(backbone_base_repeats=5, backbone_base_channels=5, neck_base_repeats=4, neck_base_channels=6)
 
-
-def _act(opts, default):
-    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": default})
-    key = str(kind).lower().replace("_", "")
-    if key not in ACTS:
-        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for YOLOv6",
-                          "supported: ReLU, Silu, LeakyReLU, Hardswish")
-    kw.ignore("inplace", "no effect on the values")
-    kw.done()
-    return ACTS[key]
 
 
 def _norm(opts):
@@ -74,7 +62,7 @@ def read_backbone(opts):
     opts.ignore("inplanes", "UP's EfficientRep does not read it")
     in_channels = opts.take("input_channels", 3, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     norm, bn = _norm(opts)
-    act = _act(opts, "ReLU")
+    act = read_activation(opts, "YOLOv6", "ReLU")
     opts.done()
     channels, repeats = net_info(**sizes)
     return EfficientRep(channels, repeats, in_channels, norm=bn, act=act), sizes, norm
@@ -91,7 +79,7 @@ def read_neck(opts, backbone_sizes):
     opts.ignore("inplanes", "UP's RepPANNeck computes its input channels from the multiples")
     opts.take("out_strides", [8, 16, 32], types=list, only=[8, 16, 32], why="the three levels' strides")
     norm, bn = _norm(opts)
-    act = _act(opts, "ReLU")
+    act = read_activation(opts, "YOLOv6", "ReLU")
     opts.done()
     return RepPANNeck(*net_info(**sizes), norm=bn, act=act), norm
 
@@ -109,7 +97,7 @@ def read_head(opts, planes):
     opts.take("class_activation", "sigmoid", types=str, only="sigmoid", why="retina_post_iou scores with sigmoids")
     prior = opts.take("prior_prob", 0.01, types=float, check=lambda v: None if 0 < v < 1 else "must be in (0, 1)")
     norm, bn = _norm(opts)
-    act = _act(opts, "Silu")
+    act = read_activation(opts, "YOLOv6", "Silu")
     opts.done()
     head = Effidehead(num_classes - 1, planes, anchors, prior, norm=bn, act=act)
     return head, num_classes, norm
@@ -132,9 +120,6 @@ def _rep_model_class():
 
 
 def build_yolov6_net(net_cfg, path):
-    from ..det.atss import RetinaPlusCriterion, RetinaPlusPredictor, box_coder
-    from .det_parts import up_cell_anchors
-
     opts = entry_options(net_cfg, path)
     backbone, sizes, bb_norm = read_backbone(opts[0])
     neck, neck_norm = read_neck(opts[1], sizes)
@@ -143,21 +128,8 @@ def build_yolov6_net(net_cfg, path):
         if norm.sync != bb_norm.sync:
             raise ConfigError(norm.path, "differs from the backbone's normalize in sync_bn",
                               "one batch-norm kind (solo_bn or sync_bn) serves the whole YOLOv6 net")
-    post = read_post(net_cfg[3]["type"], opts[3], num_classes, True, join_path(join_path(path, 3), "type"))
-    anchors = len(post["ratios"]) * len(post["scales"])
-    if anchors != head.num_point:
-        raise ConfigError(opts[2].at("anchors"), f"{head.num_point} but anchor_ratios x anchor_scales give {anchors}")
-    strides = list(backbone.out_strides)
-    coder = box_coder()
-    criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
-                                    post["l1_weight"], True, post["iou_weight"],
-                                    cls_loss=efl_module(post, num_classes, len(strides)))
-    cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in strides]
-    mean, std = PIXELS_255
-    model = _rep_model_class()(backbone, neck, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
-                               strides, cells, class_first=post["class_first"], image_mean=mean, image_std=std,
-                               neck_takes_list=True)
-    model.num_classes_counts_background = True
+    model = retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes, list(backbone.out_strides),
+                                 "anchors", _rep_model_class())
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = bb_norm.sync
     model.up_part_names = [e["name"] for e in net_cfg]

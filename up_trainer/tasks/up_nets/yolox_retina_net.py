@@ -25,16 +25,29 @@ PIXELS_255 = ((0.0, 0.0, 0.0), (1 / 255.0,) * 3)  # (mean, std): the model's inp
 
 
 def build_yolox_retina_net(net_cfg, path):
-    from ..det.atss import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
-    from .det_parts import up_cell_anchors
-
     opts = entry_options(net_cfg, path)
     kind = net_cfg[0]["type"]
     backbone, neck, head, num_classes, strides, norm = read_parts(kind, opts, anchored=True)
+    model = retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes, strides, "num_point")
+    model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
+    model.sync_bn_group_size = norm.sync
+    model.up_part_names = [e["name"] for e in net_cfg]
+    model.translate_up_weights = up_weight_translation(kind, model.up_part_names)
+    return model
+
+
+def retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes, strides, anchors_key,
+                         model_class=None):
+    """The ATSS RetinaNet (``model_class``, default RetinaPlusModel) on a YOLO family's
+    backbone, neck and anchored head, with entry 3's ``retina_post_iou`` as its post-process and
+    0-255 input; ``anchors_key``: the head kwarg that says its anchors per point."""
+    from ..det.atss import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
+    from .det_parts import up_cell_anchors
+
     post = read_post(net_cfg[3]["type"], opts[3], num_classes, True, join_path(join_path(path, 3), "type"))
     anchors = len(post["ratios"]) * len(post["scales"])
     if anchors != head.num_point:
-        raise ConfigError(opts[2].at("num_point"), f"{head.num_point} but anchor_ratios x anchor_scales give "
+        raise ConfigError(opts[2].at(anchors_key), f"{head.num_point} but anchor_ratios x anchor_scales give "
                           f"{anchors}")
     coder = box_coder()
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
@@ -42,12 +55,9 @@ def build_yolox_retina_net(net_cfg, path):
                                     cls_loss=efl_module(post, num_classes, len(strides)))
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in strides]
     mean, std = PIXELS_255
-    model = RetinaPlusModel(backbone, neck, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
-                            strides, cells, class_first=post["class_first"], image_mean=mean, image_std=std,
-                            neck_takes_list=True)
+    model = (model_class or RetinaPlusModel)(backbone, neck, head, criterion,
+                                             RetinaPlusPredictor(coder, **post["predictor"]), strides, cells,
+                                             class_first=post["class_first"], image_mean=mean, image_std=std,
+                                             neck_takes_list=True)
     model.num_classes_counts_background = True
-    model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
-    model.sync_bn_group_size = norm.sync
-    model.up_part_names = [e["name"] for e in net_cfg]
-    model.translate_up_weights = up_weight_translation(kind, model.up_part_names)
     return model
