@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from up_trainer.errors import ConfigError
+from up_trainer.errors import ConfigError, UserError
 from up_trainer.tasks.up_nets.backbones import build_resnet, pooled_shortcut
 from up_trainer.tasks.up_nets.options import Options
 
@@ -429,12 +429,15 @@ def test_inference_only_meta_files_and_folders_give_unlabeled_images(tmp_path):
         ClsMetaDataset("m.txt", inference_cfg={"resume": {}})
 
 
-def test_lvis_evaluator_is_refused_in_one_line():
+def test_lvis_evaluator_reads_its_gt_file_when_the_run_is_built(tmp_path):
+    """Built for ``up config`` without reading gt_file (it may not be on this machine); the
+    run's builder reads it, so a missing file stops the run before training, in one line."""
+    from up_trainer.engine.builder import build_evaluator
     from up_trainer.registry import EVALUATORS
 
-    with pytest.raises(ConfigError) as err:
-        EVALUATORS.build({"type": "LVIS", "kwargs": {"gt_file": "x.json", "iou_types": ["bbox"]}},
-                         "dataset.test.dataset.kwargs.evaluator")
+    cfg = {"type": "LVIS", "kwargs": {"gt_file": str(tmp_path / "missing.json"), "iou_types": ["bbox"]}}
+    EVALUATORS.build(cfg, "dataset.evaluator")
+    with pytest.raises(UserError) as err:
+        build_evaluator({"dataset": {"evaluator": cfg}}, test_set=None)
     message = str(err.value)
-    assert message.startswith("dataset.test.dataset.kwargs.evaluator") and "requires opencv-python" in message
-    assert "\n" not in message
+    assert "missing.json" in message and "\n" not in message

@@ -242,6 +242,27 @@ def test_held_server_never_blocks_training(held_server):
     w.close(timeout=10)
 
 
+# -- through the logger in a real (tiny) training run --------------------------------------------------
+TINY = ["dataset.train.kwargs.subset=32", "dataset.test.kwargs.subset=16", "dataset.train.kwargs.size=8",
+        "dataset.test.kwargs.size=8", "dataset.batch_size=8", "trainer.max_epoch=2", "runtime.num_threads=1",
+        "default_hooks.best=null", "default_hooks.checkpoint=null"]
+
+
+def train_with_pavi(tmp_path, url, *opts, **writer_kwargs):
+    with open(os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    cfg["hooks"] = [{"type": "train_val_logger", "kwargs": {
+        "freq": 2, "summary_writer": "pavi", "plot": False,
+        "writer_kwargs": {"url": url, "project": "digits", "token": TOKEN, "flush_interval": 0.05, **writer_kwargs}}}]
+    path = write_cfg(tmp_path / "pavi.yaml", cfg)
+    t0 = time.perf_counter()
+    res = invoke(["train", "--config", path, "--work-dir", tmp_path / "run", "--opts", *TINY, *opts])
+    assert res.exit_code == 0, (res.stderr, res.exception, res.stdout[-3000:])
+    with open(tmp_path / "run" / "train.log") as f:
+        log_text = f.read()
+    return res, log_text, time.perf_counter() - t0
+
+
 def test_training_delivers_to_pavi(server, tmp_path):
     res, log_text, _ = train_with_pavi(tmp_path, server["url"])
     got = scalars_of(server["requests"])

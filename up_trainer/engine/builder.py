@@ -89,6 +89,8 @@ def build_evaluator(cfg, test_set):
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
     evaluator = EVALUATORS.build(ev_cfg, "dataset.evaluator")
+    if hasattr(evaluator, "read_inputs"):  # files it needs at evaluation, checked before training
+        evaluator.read_inputs()
     heads = getattr(test_set, "num_classes", None)
     if isinstance(heads, list) and hasattr(evaluator, "set_heads"):  # list labels: one classifier head each
         evaluator.set_heads(len(heads))

@@ -31,6 +31,16 @@ class LvisEvaluator(CocoEvaluator):
                               f"({', '.join(f'bbox.{k}' for k in KEYS)})")
         self.gt_file = gt_file
         self.primary_metric = cmp_key or "bbox.AP"
+        self._lists = None  # (per-image lists, category frequencies) of gt_file, once read
+
+    def read_inputs(self):
+        """Read and check gt_file when the run is built (engine/builder.py), so a missing or
+        malformed file stops the run before training, not at its first evaluation. ``up
+        config`` builds the evaluator without calling this (the file may not be here)."""
+        from .datasets import read_json
+        from .lvis_dataset import check_lvis
+
+        self._lists = check_lvis(read_json(self.gt_file, "LVIS evaluator gt_file"), self.gt_file)
 
     def metric_keys(self):
         from .lvis_eval import KEYS
@@ -38,8 +48,6 @@ class LvisEvaluator(CocoEvaluator):
         return [f"bbox.{k}" for k in KEYS]
 
     def evaluate(self, results):
-        from .datasets import read_json
-        from .lvis_dataset import check_lvis
         from .lvis_eval import KEYS, lvis_metrics
 
         self.classes, self.cat_ids = self._label_map(results)
@@ -47,7 +55,9 @@ class LvisEvaluator(CocoEvaluator):
         gt_dict, dets = self.to_coco(results)
         if not gt_dict["images"]:
             return {f"bbox.{k}": -1.0 for k in KEYS}
-        image_lists, frequencies = check_lvis(read_json(self.gt_file, "LVIS evaluator gt_file"), self.gt_file)
+        if self._lists is None:
+            self.read_inputs()
+        image_lists, frequencies = self._lists
         values, self.coco_eval = lvis_metrics(gt_dict, dets, image_lists, frequencies, self.max_dets)
         log.info("LVIS bbox evaluation:\n%s", "\n".join(f"  {k:<6} {v:>7.4f}" for k, v in values.items()))
         losses = [r["loss"] for r in self.unique(results) if "loss" in r]
