@@ -14,6 +14,7 @@ from up_trainer.tasks.net import build_model
 
 pytest.importorskip("onnxruntime")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tasks", "det"))
+from test_deploy_families import scenes  # noqa: E402  (digit scenes as the models take them)
 from test_fcos_rcnn import small_c4, small_cascade, small_fcos, small_rfcn  # noqa: E402  (UP files, made small)
 
 FASTER_RCNN = {"type": "faster_rcnn", "kwargs": {
@@ -51,13 +52,6 @@ def make_net(tmp_path, name):
     ckpt = tmp_path / f"{name}.pth"
     torch.save(model.state_dict(), ckpt)
     return str(path), str(ckpt), model
-
-
-def scenes(n, seed=3):
-    from up_trainer.tasks.det.digits_det import DigitsDetection
-
-    ds = DigitsDetection(split="val", num_images=n, canvas_size=64, seed=seed)
-    return [torch.as_tensor(ds.scene(i)[0]).float().expand(3, -1, -1).contiguous() for i in range(n)]
 
 
 def check_forms(tmp_path, name, forms):

@@ -113,3 +113,11 @@ def translate(state, parts):
         name, _, rest = key.partition(".")
         out[f"{name}.{rename(rest, todo[name])}" if name in todo else key] = value
     return out
+
+
+def entry_prefixes(state, names):
+    """UP-named weights of a net whose backbone, neck and head keep UP's module names inside
+    (YOLOv5, YOLOv6): only each entry's name (``names``: UP's first three) becomes the
+    model's part (backbone, neck, roi_head)."""
+    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ("backbone", "neck", "roi_head")) if up != own}
+    return {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}

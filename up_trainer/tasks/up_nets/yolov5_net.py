@@ -15,6 +15,7 @@ from functools import partial
 import torch
 
 from ...errors import ConfigError, join_path
+from .keymap import entry_prefixes
 from .options import entry_options, read_activation, sub_options, typed_part
 
 PARTS = ("DarkNetv5", "DarknetPAFPN", "YoloV5Head", "yolov5_post")
@@ -192,11 +193,5 @@ def build_yolov5_net(net_cfg, path):
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = None
     model.up_part_names = [e["name"] for e in net_cfg]
-    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3])
+    model.translate_up_weights = partial(entry_prefixes, names=model.up_part_names[:3])
     return model
-
-
-def translate_up_weights(state, names):
-    """UP's entry names for backbone, neck, head -> the model's; the rest of each name is UP's already."""
-    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ("backbone", "neck", "roi_head")) if up != own}
-    return {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}

@@ -18,6 +18,7 @@ from functools import partial
 from torch import nn
 
 from ...errors import ConfigError, join_path
+from .keymap import entry_prefixes
 from .options import entry_options, read_activation
 from .yolox_net import read_norm
 from .yolox_retina_net import retina_plus_on_parts
@@ -133,11 +134,5 @@ def build_yolov6_net(net_cfg, path):
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = bb_norm.sync
     model.up_part_names = [e["name"] for e in net_cfg]
-    model.translate_up_weights = partial(translate_up_weights, names=model.up_part_names[:3])
+    model.translate_up_weights = partial(entry_prefixes, names=model.up_part_names[:3])
     return model
-
-
-def translate_up_weights(state, names):
-    """UP's entry names for backbone, neck, head -> the model's; the rest of each name is UP's already."""
-    prefixes = {f"{up}.": f"{own}." for up, own in zip(names, ("backbone", "neck", "roi_head")) if up != own}
-    return {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}
