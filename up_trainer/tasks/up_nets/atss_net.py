@@ -247,17 +247,11 @@ def _ota(sup, num_classes, iou_post, type_path):
 def build_retina_plus_net(net_cfg, path):
     from ..det.atss import (RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, RetinaSimOTAAssigner,
                                    box_coder)
-    from .backbones import build_resnet
     from .det_parts import up_cell_anchors
 
     opts = entry_options(net_cfg, path)
     kind = net_cfg[0]["type"]
-    trunk, sync = build_resnet(kind, opts[0])
-    if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):
-        raise ConfigError(opts[0].at("out_layers"), f"{trunk.out_layers}: an FPN needs consecutive stages up to 4")
-    fpn = read_fpn(opts[1], trunk, norm_ok=True)
-    levels = len(fpn.out_strides)
-    head, num_classes, head_sync = read_head(net_cfg[2]["type"], opts[2], fpn.out_channels, levels)
+    trunk, sync, fpn, levels, head, num_classes, head_sync = read_trunk_fpn_head(net_cfg, opts)
     post = read_post(net_cfg[3]["type"], opts[3], num_classes, head.iou_branch, join_path(join_path(path, 3), "type"))
     anchors = len(post["ratios"]) * len(post["scales"])
     if anchors != head.num_anchors:
@@ -272,6 +266,20 @@ def build_retina_plus_net(net_cfg, path):
     model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells, class_first=post["class_first"])
     return with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync if sync is not None else head_sync)
+
+
+def read_trunk_fpn_head(net_cfg, opts):
+    """UP's ResNet trunk, FPN and RetinaNet-style head (entries 0-2) of the ATSS and OneNet
+    files: (trunk, its sync-BN group, fpn, levels, head, num_classes, the head's sync group)."""
+    from .backbones import build_resnet
+
+    trunk, sync = build_resnet(net_cfg[0]["type"], opts[0])
+    if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):
+        raise ConfigError(opts[0].at("out_layers"), f"{trunk.out_layers}: an FPN needs consecutive stages up to 4")
+    fpn = read_fpn(opts[1], trunk, norm_ok=True)
+    levels = len(fpn.out_strides)
+    head, num_classes, head_sync = read_head(net_cfg[2]["type"], opts[2], fpn.out_channels, levels)
+    return trunk, sync, fpn, levels, head, num_classes, head_sync
 
 
 def with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync):

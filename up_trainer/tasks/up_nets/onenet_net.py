@@ -17,8 +17,7 @@ or refused in one line:
 from functools import partial
 
 from ...errors import ConfigError, join_path
-from .atss_net import FAMILY, read_head, with_up_records
-from .det_net import read_fpn
+from .atss_net import FAMILY, read_trunk_fpn_head, with_up_records
 from .options import entry_options, loss_weight, typed_part
 
 HEADS = ("RetinaHeadWithBN", "RetinaSubNet")
@@ -91,7 +90,6 @@ def read_onenet_post(opts, num_classes):
 def build_onenet_net(net_cfg, path):
     from ..det.atss import RetinaPlusModel, box_coder, quality_focal_loss
     from ..det.onenet import OneNetCriterion, OneNetMatcher, OneNetPredictor, sigmoid_focal_sum
-    from .backbones import build_resnet
     from .det_parts import up_cell_anchors
 
     opts = entry_options(net_cfg, path)
@@ -99,12 +97,7 @@ def build_onenet_net(net_cfg, path):
     if net_cfg[2]["type"] not in HEADS:
         raise ConfigError(join_path(join_path(path, 2), "type"), f"{net_cfg[2]['type']} under onenet_post is not "
                           "mapped", "RetinaHeadWithBN or RetinaSubNet")
-    trunk, sync = build_resnet(kind, opts[0])
-    if len(trunk.out_layers) < 2 or trunk.out_layers != list(range(trunk.out_layers[0], 5)):
-        raise ConfigError(opts[0].at("out_layers"), f"{trunk.out_layers}: an FPN needs consecutive stages up to 4")
-    fpn = read_fpn(opts[1], trunk, norm_ok=True)
-    levels = len(fpn.out_strides)
-    head, num_classes, head_sync = read_head(net_cfg[2]["type"], opts[2], fpn.out_channels, levels)
+    trunk, sync, fpn, levels, head, num_classes, head_sync = read_trunk_fpn_head(net_cfg, opts)
     post = read_onenet_post(opts[3], num_classes)
     if len(post["ratios"]) * len(post["scales"]) != head.num_anchors:
         raise ConfigError(opts[2].at("num_anchors"), f"{head.num_anchors} but anchor_ratios x anchor_scales give "
