@@ -21,9 +21,12 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
+import threading
+import time
 
 RECIPES = ("fcos", "atss", "yolox")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
@@ -54,6 +57,11 @@ def epoch_len(data, batch_size):
 
 
 def train(names, data, work, epochs, sequential):
+    with LoadSampler(os.path.join(work, "load.jsonl")):
+        start_and_wait(names, data, work, epochs, sequential)
+
+
+def start_and_wait(names, data, work, epochs, sequential):
     procs = []
     for name in names:
         run_dir = os.path.join(work, name)
@@ -68,6 +76,55 @@ def train(names, data, work, epochs, sequential):
             procs[-1].wait()
     for p in procs:
         p.wait()
+
+
+class LoadSampler:
+    """Appends the 1-minute load average to ``path`` every ``every`` seconds while training,
+    so that the table can say under which load it was measured."""
+
+    def __init__(self, path, every=60.0):
+        self.path, self.every = path, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while True:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"time": time.time(), "load1": os.getloadavg()[0]}) + "\n")
+            if self.stop.wait(self.every):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        return False
+
+
+def machine():
+    """CPU model and core count."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def load_summary(work):
+    """'min / median / max' of the sampled 1-minute load averages, or None."""
+    path = os.path.join(work, "load.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        loads = sorted(json.loads(line)["load1"] for line in f if line.strip())
+    if not loads:
+        return None
+    return f"{loads[0]:.1f} / {loads[len(loads) // 2]:.1f} / {loads[-1]:.1f} ({len(loads)} samples, one a minute)"
 
 
 def first_log_time(run_dir):
@@ -140,7 +197,11 @@ def table(names, work, data):
     rows = [(str(e), *(f"{c[e][0]:.3f} / {c[e][1]:.3f} ({c[e][2]:.1f})" if e in c else "-"
                        for c in curves.values())) for e in epochs]
     print(rst(("epoch", *(f"{n}: AP / AP50 (min)" for n in curves)), rows))
-    print("load average while measuring: %.1f %.1f %.1f" % os.getloadavg())
+    print(f"machine: {machine()}")
+    print("load average now: %.1f %.1f %.1f" % os.getloadavg())
+    summary = load_summary(work)
+    if summary:
+        print(f"1-minute load average while training, min / median / max: {summary}")
 
 
 def main():
