@@ -139,7 +139,7 @@ def test_verification_failure_exits_1_with_the_max_error(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--format", "pt2", "--form", "end2end"], "end2end is the ONNX form"),
-    (["--format", "onnx", "--dynamic-size"], "--dynamic-size: faster_rcnn: a detector's anchors"),
+    (["--format", "torchscript", "--dynamic-size"], "--dynamic-size: faster_rcnn: a TorchScript detector"),
     (["--format", "torchscript", "--input-size", "3,x,64"], "--input-size"),
     (["--format", "torchscript", "--tolerance", "-1"], "--tolerance"),
 ])

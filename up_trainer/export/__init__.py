@@ -126,9 +126,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     if detector and fmt == "torchscript" and not is_detector(model):
         raise ConfigError("--format", f"torchscript export of {kind} is not supported", "use --format onnx or pt2")
     if dynamic_size and detector:
-        raise ConfigError("--dynamic-size", f"{kind}: a detector's anchors and per-level candidate counts are "
-                          "fixed at the export size (images up to that size run, padded to it)",
-                          "export at the largest size you need with --input-size C,H,W")
+        _check_dynamic_detector(model, fmt)
     if form == "end2end" and (not detector or fmt != "onnx"):
         raise ConfigError("--form", "end2end is the ONNX form of a detector (NMS inside the graph)",
                           "use --form raw" + (" or --format onnx" if detector else ""))
@@ -147,9 +145,9 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
             from .detectors import export_dense_detector
 
             record = export_dense_detector(model, size, fmt, "end2end" if form == "end2end" else "dense", out,
-                                           opset, VERIFY_BATCHES)
+                                           opset, VERIFY_BATCHES, dynamic_size)
         if record is None:
-            record = _export_raw_heads(model, size, fmt, out, opset)
+            record = _export_raw_heads(model, size, fmt, out, opset, dynamic_size)
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
                   verified_batches=list(VERIFY_BATCHES))
     with open(out + ".json", "w", encoding="utf-8") as f:
@@ -167,6 +165,25 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     return record
 
 
+def _check_dynamic_detector(model, fmt):
+    """One line where a detector cannot take ``--dynamic-size`` (see docs/export.rst)."""
+    kind = getattr(model, "kind", None)
+    if fmt == "torchscript":
+        raise ConfigError("--dynamic-size", f"{kind}: a TorchScript detector is the whole scripted model, which takes "
+                          "images of any size already", "drop --dynamic-size, or use --format onnx or pt2")
+    fixed = getattr(getattr(getattr(model, "detector", None), "transform", None), "fixed_size", None)
+    if fixed:
+        raise ConfigError("--dynamic-size", f"{kind}: the net resizes every image to its fixed size "
+                          f"{fixed[0]}x{fixed[1]}, so no other size ever reaches the graph",
+                          "export without --dynamic-size")
+    if kind in DYNAMIC_REFUSED:
+        raise ConfigError("--dynamic-size", f"{kind}: {DYNAMIC_REFUSED[kind]}",
+                          "export at the largest size you need with --input-size C,H,W")
+
+
+DYNAMIC_REFUSED = {}  # kind -> why its graph cannot follow the input size
+
+
 def second_size(size):
     """The other input size a dynamic-size export is verified at: twice the height and width."""
     return (size[0], size[1] * 2, size[2] * 2)
@@ -180,16 +197,19 @@ def _export_tensors(graph, output_names, size, fmt, out, opset, dynamic_size=Fal
         _onnx_export(graph, example, output_names, out, opset, dynamic_size)
         run = onnx_runner(out)
     elif fmt == "pt2":
-        from .pt2 import pt2_runner, save_pt2
+        from .pt2 import pt2_runner, require_unbounded, save_pt2, size_range
 
         try:
-            save_pt2(graph, (example,), out, dynamic_size)
+            program = save_pt2(graph, (example,), out, dynamic_size)
         except Exception as exc:  # torch.export's shape errors have several types
             if not dynamic_size:
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError("--dynamic-size", f"torch.export cannot free this net's input size ({first[:200]})",
                               "export without --dynamic-size, at the size you need") from None
+        if dynamic_size:
+            require_unbounded(program, size[1:])
+            least = size_range(program)
         run = pt2_runner(out)
     else:
         import warnings
@@ -218,6 +238,8 @@ def _export_tensors(graph, output_names, size, fmt, out, opset, dynamic_size=Fal
               "outputs": output_names, "max_error": error}
     if dynamic_size:
         record.update(dynamic_size=True, export_size=list(size[1:]), verified_sizes=[list(s[1:]) for s in sizes])
+        if fmt == "pt2":
+            record["size_range"] = least  # what the program's guards accept
     return record
 
 
@@ -225,7 +247,7 @@ def _onnx_export(graph, example, output_names, out, opset, dynamic_size=False):
     import warnings
 
     axes = {"image": {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"},
-            **{n: {0: "batch"} for n in output_names if n != "anchors"}}
+            **{n: {0: "batch"} for n in output_names if n not in ("anchors", "anchors_per_level")}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript-based exporter announces its deprecation
         # The TorchScript-based exporter: seconds, where the torch.export one takes ten times
@@ -234,14 +256,16 @@ def _onnx_export(graph, example, output_names, out, opset, dynamic_size=False):
                           dynamic_axes=axes, opset_version=opset, dynamo=False)
 
 
-def _export_raw_heads(model, size, fmt, out, opset):
+def _export_raw_heads(model, size, fmt, out, opset, dynamic_size=False):
     from .decode import decode_params
 
     if model.kind not in DENSE_KINDS:
         raise ConfigError("--format", f"{model.kind} has no raw-head export (only {', '.join(DENSE_KINDS)})",
                           "use --format torchscript")
-    graph = DenseHeadsGraph(model, size[1], size[2]).eval()
-    record = _export_tensors(graph, graph.output_names, size, fmt, out, opset)
+    graph = DenseHeadsGraph(model, size[1], size[2], dynamic_size).eval()
+    record = _export_tensors(graph, graph.output_names, size, fmt, out, opset, dynamic_size)
+    if dynamic_size:  # the runtime pads a batch as the detector's transform does
+        record["input"]["size_divisible"] = int(model.detector.transform.size_divisible)
     from .detectors import preprocess_record
 
     record.update(task="det", kind=model.kind, num_classes=int(model.num_classes), form="heads",

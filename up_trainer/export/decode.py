@@ -50,11 +50,12 @@ def _torchvision_postprocess(params):
     return post, coder
 
 
-def decode_detections(outputs, params, image_size, original_sizes=None):
+def decode_detections(outputs, params, image_size, original_sizes=None, split=None):
     """``outputs``: the graph's outputs in order (numpy arrays or tensors); ``params``: the
     ``decode`` entry of the export's JSON; ``image_size`` (H, W) the export size;
     ``original_sizes``: one (H0, W0) per image to scale boxes back to (default: the export
-    size). Returns one {boxes [n, 4] xyxy, scores [n], labels [n]} per image."""
+    size); ``split``: the anchors of each level when the export has a free input size (its
+    ``anchors_per_level`` output; default the record's ``num_anchors_per_level``). Returns one {boxes [n, 4] xyxy, scores [n], labels [n]} per image."""
     from .graphs import head_output_names
 
     kind = params["kind"]
@@ -66,7 +67,7 @@ def decode_detections(outputs, params, image_size, original_sizes=None):
     self_like = types.SimpleNamespace(box_coder=coder, score_thresh=params["score_thresh"],
                                       nms_thresh=params["nms_thresh"], topk_candidates=params["topk_candidates"],
                                       detections_per_img=params["detections_per_img"])
-    split = params["num_anchors_per_level"]
+    split = list(params["num_anchors_per_level"] if split is None else split)
     n = head[names[0]].shape[0]
     per_level = {k: list(v.split(split, dim=1)) for k, v in head.items()}
     anchors = [list(anchors_all.split(split, dim=0)) for _ in range(n)]

@@ -6,7 +6,10 @@ SSDlite, YOLOX, the ATSS RetinaNet with or without its IoU branch) as a module
     forward(image [N, 3, H, W]) -> boxes [N, A, 4] (xyxy, input pixels, not clipped),
                                    scores [N, A, K] (per-class probabilities)
 
-at one input size (H, W): A counts the anchors / points of every pyramid level, level after
+at one input size (H, W), or, built with ``dynamic`` (``--dynamic-size``), at any size: the
+anchors / points then come from the feature maps' shapes inside the graph, and ``forward``
+returns a third tensor, ``level_sizes`` [L] (int64), the anchors of each level at that size
+(:meth:`levels` gives them as a list, for :mod:`.select`). A counts the anchors / points of every pyramid level, level after
 level, K the classes scored (background excluded). The input is what the model itself receives
 in ``batch["image"]`` (the test dataset's model input), padded bottom/right to (H, W); each
 family's own input step (torchvision's normalisation, YOLOX's 0-255 scale, the ATSS net's
@@ -23,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from .shapes import map_count, sizes_tensor
 
 TORCHVISION_DENSE = ("retinanet", "fcos", "ssdlite")
 OWN_DENSE = ("yolox", "retina_plus", "up_fcos")
@@ -37,6 +41,7 @@ class Level:
     thresh: float
     per_class: bool = False
     inclusive: bool = False  # score >= thresh (YOLOX) instead of > thresh
+    small: int = 0  # > 0: the threshold applies only to levels of more than this many anchors (UP)
 
 
 @dataclass
@@ -75,14 +80,25 @@ def decode_deltas(rel, anchors, weights, clip):
     return torch.stack((pred_ctr_x - half_w, pred_ctr_y - half_h, pred_ctr_x + half_w, pred_ctr_y + half_h), -1)
 
 
-class TorchvisionDense(nn.Module):
+class _Dense(nn.Module):
+    """``forward``: boxes, scores (and ``level_sizes`` when ``dynamic``) from :meth:`levels`."""
+
+    dynamic = False
+
+    def forward(self, image):
+        boxes, scores, counts = self.levels(image)
+        return (boxes, scores, sizes_tensor(counts)) if self.dynamic else (boxes, scores)
+
+
+class TorchvisionDense(_Dense):
     """RetinaNet / FCOS / SSDlite: the raw heads (``graphs.DenseHeadsGraph``) decoded."""
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
         from .graphs import DenseHeadsGraph
 
-        self.heads = DenseHeadsGraph(model, height, width)
+        self.dynamic = dynamic
+        self.heads = DenseHeadsGraph(model, height, width, dynamic)
         self.kind = model.kind
         coder = model.detector.box_coder
         self.linear = hasattr(coder, "normalize_by_size")
@@ -94,9 +110,9 @@ class TorchvisionDense(nn.Module):
                                for a in self.heads.num_anchors_per_level],
                               float(det.nms_thresh), int(det.detections_per_img), 1 if per_class else 0)
 
-    def forward(self, image):
-        out = self.heads(image)
-        cls, reg, anchors = out[0], out[1], out[-1]
+    def levels(self, image):
+        out, anchors, counts = self.heads.run(image)
+        cls, reg = out[0], out[1]
         if self.kind == "fcos":
             scores = torch.sqrt(torch.sigmoid(cls) * torch.sigmoid(out[2]))
         elif self.kind == "ssdlite":
@@ -107,15 +123,16 @@ class TorchvisionDense(nn.Module):
             boxes = self.coder.decode(reg, anchors)
         else:
             boxes = decode_deltas(reg, anchors, self.coder.weights, self.coder.bbox_xform_clip)
-        return boxes, scores
+        return boxes, scores, counts
 
 
-class YoloxDense(nn.Module):
-    """YOLOX: backbone, PAFPN, head; the point grid decoded (``yolox.postprocess``)."""
+class YoloxDense(_Dense):
+    """YOLOX: backbone, PAFPN, head; the point grid decoded (``yolox.postprocess``), every level
+    one group (YOLOX ranks all points together)."""
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
-        self.model = model
+        self.model, self.dynamic = model, dynamic
         post = model.postprocess
         with torch.no_grad():
             feats = model.neck(model.backbone(torch.zeros(1, 3, height, width)))
@@ -123,25 +140,27 @@ class YoloxDense(nn.Module):
         self.spec = DenseSpec([Level(total, int(post.pre_nms_top_n), float(post.score_thresh), inclusive=True)],
                               float(post.nms_thresh), int(post.detections_per_img), 1)
 
-    def forward(self, image):
+    def levels(self, image):
         from torchvision.ops import box_convert
 
         from ..tasks.det.yolox.postprocess import flatten_outputs
 
         m = self.model
-        out = flatten_outputs(m.roi_head(m.neck(m.backbone(image * m.pixel_scale))), m.strides)
-        return box_convert(out["box"], "cxcywh", "xyxy"), out["cls"].sigmoid() * out["obj"].sigmoid()
+        maps = m.roi_head(m.neck(m.backbone(image * m.pixel_scale)))
+        out = flatten_outputs(maps, m.strides)  # the point grid from the maps' shapes
+        total = sum(map_count(cls) for cls, _, _ in maps)
+        return box_convert(out["box"], "cxcywh", "xyxy"), out["cls"].sigmoid() * out["obj"].sigmoid(), [total]
 
 
-class AtssDense(nn.Module):
+class AtssDense(_Dense):
     """The ATSS RetinaNet (``retina_plus``): FPN head maps, UP's anchors, deltas decoded,
     scores times the IoU branch where the head has one."""
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
         from ..tasks.det.atss.postprocess import SMALL_LEVEL
 
-        self.model = model
+        self.model, self.dynamic = model, dynamic
         pred = model.predictor
         with torch.no_grad():
             image = torch.zeros(1, 3, height, width)
@@ -149,69 +168,86 @@ class AtssDense(nn.Module):
         self.register_buffer("anchors", torch.cat(anchors).float())
         levels = []
         for a in anchors:
-            n = int(a.shape[0])
-            thresh = float(pred.score_thresh) if n > SMALL_LEVEL else 0.0
+            n, thresh = int(a.shape[0]), float(pred.score_thresh)
             if pred.kind == "base":
-                levels.append(Level(n, min(pred.pre_nms_top_n, pred.post_nms_top_n), thresh, per_class=True))
+                levels.append(Level(n, min(pred.pre_nms_top_n, pred.post_nms_top_n), thresh, per_class=True,
+                                    small=SMALL_LEVEL))
             else:
-                levels.append(Level(n, int(pred.pre_nms_top_n), thresh))
+                levels.append(Level(n, int(pred.pre_nms_top_n), thresh, small=SMALL_LEVEL))
         self.spec = DenseSpec(levels, float(pred.nms_thresh), int(pred.detections_per_img), 1)
         self.weights, self.clip = pred.box_coder.weights, pred.box_coder.bbox_xform_clip
 
-    def forward(self, image):
+    def levels(self, image):
         from ..tasks.det.atss.postprocess import flatten_outputs
 
         m = self.model
         x = image if m.image_mean is None else (image - m.image_mean) / m.image_std  # its own normalisation
-        out = flatten_outputs(m.roi_head(m.features(x)), m.class_first)
+        feats = m.features(x)
+        out = flatten_outputs(m.roi_head(feats), m.class_first)
         scores = out["cls"].float().sigmoid()
         if out["iou"] is not None:
             scores = scores * out["iou"].float().sigmoid()[..., None]
-        return decode_deltas(out["deltas"].float(), self.anchors, self.weights, self.clip), scores
+        if self.dynamic:  # UP's anchors from the maps' shapes
+            anchors = [a.float() for a in m.anchors(feats)]
+            counts = [a.shape[0] for a in anchors]
+            anchors = torch.cat(anchors)
+        else:
+            anchors, counts = self.anchors, [lv.anchors for lv in self.spec.levels]
+        return decode_deltas(out["deltas"].float(), anchors, self.weights, self.clip), scores, counts
 
 
-class UpFcosDense(nn.Module):
+class UpFcosDense(_Dense):
     """UP's FCOS (``up_fcos``): backbone, FPN, head; each point's distances times its level's
     stride around the point, score sigmoid(cls) x sigmoid(centerness) (``FcosPostprocess``)."""
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
-        from ..tasks.det.fcos.parts import fcos_points
-
-        self.model = model
+        self.model, self.dynamic = model, dynamic
         post = model.postprocess
         with torch.no_grad():
             feats = self._maps(torch.zeros(1, 3, height, width))
-        points = fcos_points([f.shape[-2:] for f in feats], model.strides)
-        self.register_buffer("points", torch.cat(points))
-        self.register_buffer("stride", torch.cat([p.new_full((len(p), 1), float(s if post.norm_on_bbox else 1))
-                                                  for p, s in zip(points, model.strides)]))
+        points, stride = self._points(feats)
+        self.register_buffer("points", points)
+        self.register_buffer("stride", stride)
         # UP applies its score threshold only on maps of more than 120 points
-        self.spec = DenseSpec([Level(len(p), int(post.pre_nms_top_n), float(post.score_thresh) if len(p) > 120 else 0.0,
-                                     per_class=True) for p in points],
+        self.spec = DenseSpec([Level(map_count(f), int(post.pre_nms_top_n), float(post.score_thresh), per_class=True,
+                                     small=120) for f in feats],
                               float(post.nms_thresh), int(post.detections_per_img), 1)
+
+    def _points(self, maps):
+        """(points [A, 2], the stride each point's distances are scaled by [A, 1]), from the maps' shapes."""
+        from ..tasks.det.fcos.parts import fcos_points
+
+        m = self.model
+        points = fcos_points([f.shape[-2:] for f in maps], m.strides)
+        scale = [float(s if m.postprocess.norm_on_bbox else 1) for s in m.strides]
+        return torch.cat(points), torch.cat([torch.full_like(p[:, :1], v) for p, v in zip(points, scale)])
 
     def _maps(self, image):
         m = self.model
         return list(m.neck({str(i): f for i, f in enumerate(m.backbone(image))}).values())
 
-    def forward(self, image):
-        outputs = self.model.roi_head(self._maps(image))
+    def levels(self, image):
+        maps = self._maps(image)
+        outputs = self.model.roi_head(maps)
+        points, stride = self._points(maps) if self.dynamic else (self.points, self.stride)
         cls = torch.cat([c.float().sigmoid().flatten(2).transpose(1, 2) for c, _, _ in outputs], 1)
         ctr = torch.cat([t.float().sigmoid().flatten(2).transpose(1, 2) for _, _, t in outputs], 1)
-        d = torch.cat([d.float().flatten(2).transpose(1, 2) for _, d, _ in outputs], 1) * self.stride
-        return torch.cat((self.points - d[..., :2], self.points + d[..., 2:]), -1), cls * ctr
+        d = torch.cat([d.float().flatten(2).transpose(1, 2) for _, d, _ in outputs], 1) * stride
+        counts = [map_count(f) for f in maps] if self.dynamic else [lv.anchors for lv in self.spec.levels]
+        return torch.cat((points - d[..., :2], points + d[..., 2:]), -1), cls * ctr, counts
 
 
-def dense_graph(model, height, width):
-    """The dense module of ``model`` at (height, width), its ``spec`` attached."""
+def dense_graph(model, height, width, dynamic=False):
+    """The dense module of ``model`` at (height, width), its ``spec`` attached; ``dynamic``:
+    at any size (anchors / points and per-level counts from the feature maps' shapes)."""
     kind = getattr(model, "kind", None)
     if kind in TORCHVISION_DENSE:
-        return TorchvisionDense(model, height, width).eval()
+        return TorchvisionDense(model, height, width, dynamic).eval()
     if kind == "yolox":
-        return YoloxDense(model, height, width).eval()
+        return YoloxDense(model, height, width, dynamic).eval()
     if kind == "retina_plus":
-        return AtssDense(model, height, width).eval()
+        return AtssDense(model, height, width, dynamic).eval()
     if kind == "up_fcos":
-        return UpFcosDense(model, height, width).eval()
+        return UpFcosDense(model, height, width, dynamic).eval()
     raise ConfigError("--format", f"{kind} has no dense export (dense families: {', '.join(DENSE_FAMILIES)})")

@@ -11,6 +11,12 @@ RetinaNet and FCOS keep their ``heads`` form (raw head outputs and anchors, :mod
 as the raw form. Verification runs the written file through :class:`.runtime.ExportedModel`
 on the same images as the PyTorch model (batch sizes 1 and 3, the last image of a batch
 smaller, so padding and clipping are exercised) and compares the detections.
+
+With ``dynamic`` (``--dynamic-size``) the height and width are free axes of the graph: anchors /
+points, per-level counts, top-k sizes and UP's small-level rule follow the input's size
+(:mod:`.shapes`); the raw outputs gain ``level_sizes`` (per-level counts, for the decode step),
+and verification runs at the export size and at :func:`second_size`. A runtime pads a batch to
+its largest image rounded up to ``size_divisible``, as the model itself pads.
 """
 import torch
 
@@ -33,17 +39,36 @@ def preprocess_record(model, size):
             "image_mean": None if mean is None else [float(v) for v in mean.flatten()]}
 
 
-def build_graph(model, size, form):
+SIZE_DIVISIBLE = 32  # the dense and UP two-stage nets pad a batch to a multiple of this (box_ops)
+
+
+def _up32(v):
+    return max(SIZE_DIVISIBLE, -(-int(v) // SIZE_DIVISIBLE) * SIZE_DIVISIBLE)
+
+
+def second_size(size, resized=False):
+    """The other size a dynamic-size detector is verified at: twice as high and 1.5 times as
+    wide (rounded up to 32), so height and width change by different factors and no pyramid
+    level shrinks to 1 pixel (torch.export specialises size-1 axes). A net that resizes each
+    image to fit its min_size / max_size (``resized``: torchvision's) is given images half as
+    wide instead, which it resizes to a batch of another padded size (64 x 64 -> 64 x 32 for
+    min_size = max_size = 64), where larger ones would come back to the export size."""
+    if resized:
+        return (size[0], size[1], _up32(size[2] / 2))
+    return (size[0], size[1] * 2, _up32(size[2] * 1.5))
+
+
+def build_graph(model, size, form, dynamic=False):
     """(module, input names, output names, decode record or None)."""
     if model.kind in TWO_STAGE_KINDS:
-        graph = TwoStageGraph(model, size[1], size[2]).eval()
+        graph = TwoStageGraph(model, size[1], size[2], dynamic).eval()
         if form == "end2end":
             return TwoStageEndToEnd(graph).eval(), ["image", "image_sizes"], list(TwoStageEndToEnd.output_names), None
         return graph, ["image", "image_sizes"], list(TWO_STAGE_OUTPUTS), graph.spec.to_json()
-    dense = dense_graph(model, size[1], size[2])
+    dense = dense_graph(model, size[1], size[2], dynamic)
     if form == "end2end":
         return EndToEnd(dense).eval(), ["image", "image_sizes"], list(EndToEnd.output_names), None
-    return dense, ["image"], ["boxes", "scores"], dense.spec.to_json()
+    return dense, ["image"], ["boxes", "scores"] + (["level_sizes"] if dynamic else []), dense.spec.to_json()
 
 
 def example_inputs(size, batch, names, seed):
@@ -64,35 +89,42 @@ def verification_images(size, batch, seed):
     return images
 
 
-def write_graph(graph, inputs, input_names, output_names, fmt, out, opset):
+def write_graph(graph, inputs, input_names, output_names, fmt, out, opset, dynamic=False):
     if fmt == "pt2":
-        from .pt2 import save_pt2
+        from .pt2 import require_unbounded, save_pt2
 
-        save_pt2(graph, inputs, out)
-        return
+        program = save_pt2(graph, inputs, out, dynamic)
+        if dynamic:
+            require_unbounded(program, inputs[0].shape[-2:])
+        return program
     import warnings
 
-    axes = {n: {0: "batch"} for n in input_names + output_names}
+    axes = {n: {0: "batch"} for n in input_names + output_names if n != "level_sizes"}
+    if dynamic:
+        axes["image"] = {0: "batch", 2: "height", 3: "width"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript-based exporter announces its deprecation
         torch.onnx.export(graph, tuple(inputs), out, input_names=input_names, output_names=output_names,
                           dynamic_axes=axes, opset_version=opset, dynamo=False)
 
 
-def export_dense_detector(model, size, fmt, form, out, opset, verify_batches):
+def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dynamic=False):
     """Write ``out`` and return its record (``max_error`` measured on reload)."""
     from .runtime import ExportedModel
     from .verify import detections_error
 
-    graph, inputs, outputs, decode = build_graph(model, size, form)
+    graph, inputs, outputs, decode = build_graph(model, size, form, dynamic)
     if form == "dense" and model.kind in TWO_STAGE_KINDS:
         form = "two_stage"
     with torch.no_grad():
-        write_graph(graph, example_inputs(size, TRACE_BATCH, inputs, 0), inputs, outputs, fmt, out, opset)
+        program = write_graph(graph, example_inputs(size, TRACE_BATCH, inputs, 0), inputs, outputs, fmt, out, opset,
+                              dynamic)
+    shape = ["batch", size[0], "height", "width"] if dynamic else ["batch", *size]
+    padded = ("zero-padded bottom/right to the largest image of the batch rounded up to "
+              f"{SIZE_DIVISIBLE}" if dynamic else "zero-padded bottom/right to the export size")
     record = {"task": "det", "kind": model.kind, "num_classes": int(model.num_classes), "form": form,
-              "input": {"names": inputs, "shape": ["batch", *size],
-                        "range": "the model's input (the test dataset's model input), zero-padded "
-                                 "bottom/right to the export size"},
+              "input": {"names": inputs, "shape": shape,
+                        "range": f"the model's input (the test dataset's model input), {padded}"},
               "outputs": outputs, "preprocess": preprocess_record(model, size), "format": fmt,
               "post_processing": "included" if form == "end2end" else "decode step (up_trainer.export.select)"}
     if form == "two_stage":
@@ -101,12 +133,26 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches):
                                  "rows): the detections before the per-class score threshold and NMS")
     if decode is not None:
         record["decode"] = decode
+    sizes = [size]
+    if dynamic:
+        record["input"]["size_divisible"] = int(record["preprocess"].get("size_divisible", SIZE_DIVISIBLE))
+        other = second_size(size, record["preprocess"]["type"] == "torchvision")
+        if program is not None:
+            from .pt2 import size_range
+
+            record["size_range"] = least = size_range(program)  # what the program's guards accept
+            # below the program's smallest size the runtime pads up to it: verify where it does not
+            other = (other[0], max(other[1], _up32(least["height"][0])), max(other[2], _up32(least["width"][0])))
+        sizes += [other] if other != tuple(size) else []
+        record.update(dynamic_size=True, export_size=list(size[1:]), verified_sizes=[list(s[1:]) for s in sizes])
     loaded = ExportedModel(out, record)
-    error = 0.0
-    for i, batch in enumerate(verify_batches):
-        images = verification_images(size, batch, seed=1 + i)
-        with torch.no_grad():
-            want = model({"image": images})["detections"]
-        error = max(error, detections_error(loaded({"image": images})["detections"], want, batch))
-    record["max_error"] = error
+    error, compared = 0.0, 0
+    for j, at in enumerate(sizes):
+        for i, batch in enumerate(verify_batches):
+            images = verification_images(at, batch, seed=1 + i + 10 * j)
+            with torch.no_grad():
+                want = model({"image": images})["detections"]
+            error = max(error, detections_error(loaded({"image": images})["detections"], want, batch))
+            compared += sum(len(d["scores"]) for d in want)
+    record["max_error"], record["verified_detections"] = error, compared
     return record

@@ -48,14 +48,17 @@ class DenseHeadsGraph(nn.Module):
     Outputs, in order: ``cls_logits`` [N, A, K], ``bbox_regression`` [N, A, 4], for FCOS
     ``bbox_ctrness`` [N, A, 1], and ``anchors`` [A, 4] (xyxy, export-size pixels), with A the
     anchors of every level concatenated and K the classes including torchvision's background.
+    ``dynamic``: the anchors come from the detector's anchor generator inside the graph, at the
+    size of the input, and a last output ``anchors_per_level`` [L] (int64) says how A splits.
     """
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
         from torchvision.models.detection.image_list import ImageList
 
         det = model.detector
-        self.kind = model.kind
+        self.kind, self.dynamic = model.kind, dynamic
+        self.anchor_generator = det.anchor_generator
         self.features, self.head = det.backbone, det.head  # the model's own proxies: call by name
         self._modules_of_model = model  # registered: its parameters are the graph's
         t = det.transform
@@ -67,17 +70,33 @@ class DenseHeadsGraph(nn.Module):
             anchors = det.anchor_generator(ImageList(probe, [(height, width)]), feats)[0]
         self.register_buffer("anchors", anchors.float())
         per_level = [f.shape[-2] * f.shape[-1] for f in feats]
-        per_location = anchors.shape[0] // sum(per_level)
-        self.num_anchors_per_level = [n * per_location for n in per_level]
-        self.output_names = head_output_names(self.kind) + ["anchors"]
+        self.per_location = anchors.shape[0] // sum(per_level)
+        self.num_anchors_per_level = [n * self.per_location for n in per_level]
+        self.output_names = head_output_names(self.kind) + ["anchors"] + (["anchors_per_level"] if dynamic else [])
 
     def _normalise(self, image):
         return (image - self.mean) / self.std
 
-    def forward(self, image):
-        feats = list(self.features(self._normalise(image)).values())
+    def run(self, image):
+        """(head outputs, anchors [A, 4], anchors of each level)."""
+        from torchvision.models.detection.image_list import ImageList
+
+        from .shapes import map_count
+
+        x = self._normalise(image)
+        feats = list(self.features(x).values())
         out = self.head(feats)
-        return tuple(out[k] for k in head_output_names(self.kind)) + (self.anchors * 1.0,)
+        heads = tuple(out[k] for k in head_output_names(self.kind))
+        if not self.dynamic:
+            return heads, self.anchors * 1.0, self.num_anchors_per_level
+        anchors = self.anchor_generator(ImageList(x, [tuple(x.shape[-2:])]), feats)[0].float()
+        return heads, anchors, [map_count(f, self.per_location) for f in feats]
+
+    def forward(self, image):
+        from .shapes import sizes_tensor
+
+        heads, anchors, counts = self.run(image)
+        return heads + ((anchors, sizes_tensor(counts)) if self.dynamic else (anchors,))
 
 
 class _DetectionsOnly(nn.Module):

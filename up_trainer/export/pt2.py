@@ -1,9 +1,14 @@
 """``--format pt2``: a torch.export ExportedProgram, saved with ``torch.export.save``.
 
-The batch axis is dynamic (``torch.export.Dim.DYNAMIC``), and a classifier's height and width
-with ``--dynamic-size``; everything else is fixed at the export size. Loading needs only torch
+The batch axis is dynamic (``torch.export.Dim.DYNAMIC``), and the height and width with
+``--dynamic-size``; everything else is fixed at the export size. torch.export specialises an axis
+of size 1: a detector traced at a size where a pyramid level is 1 pixel high or wide gets a
+program bounded to sizes where that level stays 1 pixel. :func:`size_range` reads the sizes the
+program accepts, so the export can refuse such a program in one line. Loading needs only torch
 (``torch.export.load(path).module()``), no project code.
 """
+import math
+
 import torch
 
 
@@ -15,6 +20,24 @@ def save_pt2(graph, example_inputs, out, dynamic_size=False):
                     for i, _ in enumerate(example_inputs))
     program = torch.export.export(graph, tuple(example_inputs), dynamic_shapes=dynamic, strict=False)
     torch.export.save(program, out)
+    return program
+
+
+def size_range(program):
+    """{"height": [lo, hi], "width": [lo, hi]} of the first input that ``program`` accepts
+    (hi None: unbounded; lo == hi: fixed)."""
+    name = program.graph_signature.user_inputs[0]
+    node = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == name)
+    out = {}
+    for axis, dim in (("height", 2), ("width", 3)):
+        size = node.meta["val"].shape[dim]
+        if isinstance(size, int):
+            out[axis] = [size, size]
+            continue
+        vr = program.range_constraints.get(size.node.expr)
+        lo, hi = (int(vr.lower), None if math.isinf(float(vr.upper)) else int(vr.upper)) if vr else (0, None)
+        out[axis] = [lo, hi]
+    return out
 
 
 def pt2_runner(path):
@@ -27,3 +50,16 @@ def pt2_runner(path):
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     return run
+
+
+def require_unbounded(program, size):
+    """ConfigError where ``program`` caps the height or width (traced at ``size`` where a level
+    was 1 pixel: torch.export fixes such an axis, and the sizes that keep it at 1 pixel are all
+    the program takes)."""
+    from ..errors import ConfigError
+
+    for axis, (lo, hi) in size_range(program).items():
+        if hi is not None:
+            raise ConfigError("--dynamic-size", f"torch.export bounds the {axis} to {lo}..{hi} at the export size "
+                              f"{size[0]}x{size[1]}: a pyramid level is 1 pixel there, and torch.export fixes axes "
+                              "of size 1", "export at a larger --input-size C,H,W, every level at least 2 pixels")

@@ -122,10 +122,18 @@ class ExportedModel:
         return tuple(self.record["input"]["shape"][-2:])
 
     def _pad(self, images, fill=None):
-        """The images in one batch of the export size, bottom/right padded with ``fill`` per
-        channel (default 0), and their sizes."""
-        h, w = self._size()
+        """The images in one batch of the export size (a dynamic-size export: of the largest
+        image rounded up to the record's ``size_divisible``, as the model pads, and at least the
+        smallest size a pt2 program's ``size_range`` accepts), bottom/right padded with ``fill``
+        per channel (default 0), and their sizes."""
         sizes = [tuple(int(v) for v in im.shape[-2:]) for im in images]
+        if self.record.get("dynamic_size"):
+            d = int(self.record["input"].get("size_divisible", 32))
+            least = self.record.get("size_range", {})
+            h, w = (-(-max(max(s[i] for s in sizes), int(least.get(axis, [0])[0])) // d) * d
+                    for i, axis in ((0, "height"), (1, "width")))
+        else:
+            h, w = self._size()
         too_big = [s for s in sizes if s[0] > h or s[1] > w]
         if too_big:
             raise ConfigError("--model", f"an image of {too_big[0][0]}x{too_big[0][1]} is larger than the export "
@@ -143,17 +151,24 @@ class ExportedModel:
 
         if self.form == "end2end":
             return unpad(*self.run(x, sizes))
+        dynamic = bool(self.record.get("dynamic_size"))
         if self.form == "two_stage":  # proposals, num_proposals, boxes per class, scores
             outputs = self.run(x, sizes)
+            counts = [int(outputs[2].shape[1])] if dynamic else None  # every proposal row: one group
             with torch.no_grad():
-                return unpad(*Select(DenseSpec.from_json(self.record["decode"]))(outputs[2], outputs[3], sizes))
+                select = Select(DenseSpec.from_json(self.record["decode"]))
+                return unpad(*select(outputs[2], outputs[3], sizes, counts))
         outputs = self.run(x)
+        counts = [int(c) for c in outputs[-1]] if dynamic else None  # level_sizes / anchors_per_level
         if self.form == "dense":
             with torch.no_grad():
-                return unpad(*Select(DenseSpec.from_json(self.record["decode"]))(outputs[0], outputs[1], sizes))
+                return unpad(*Select(DenseSpec.from_json(self.record["decode"]))(outputs[0], outputs[1], sizes, counts))
         from .decode import decode_detections
 
-        dets = decode_detections(outputs, self.record["decode"], self._size())
+        if dynamic:
+            dets = decode_detections(outputs[:-1], self.record["decode"], tuple(x.shape[-2:]), split=counts)
+        else:
+            dets = decode_detections(outputs, self.record["decode"], self._size())
         for d, (h, w) in zip(dets, sizes.tolist()):  # clipped to each image, as the model clips
             d["boxes"][:, 0::2] = d["boxes"][:, 0::2].clamp(0, w)
             d["boxes"][:, 1::2] = d["boxes"][:, 1::2].clamp(0, h)

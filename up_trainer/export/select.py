@@ -20,6 +20,8 @@ step 3 is one ONNX NonMaxSuppression over the whole batch.
 import torch
 from torch import nn
 
+from .shapes import at_most, threshold
+
 DROPPED = -1.0  # the score of a candidate that failed its threshold; NMS ignores scores <= -0.5
 
 
@@ -71,18 +73,25 @@ class Select(nn.Module):
         super().__init__()
         self.spec = spec
 
-    def _level(self, boxes, scores, level):
-        """(boxes [N, T, 4], scores [N, T] with DROPPED where below the threshold, class [N, T])."""
+    def _level(self, boxes, scores, level, count=None):
+        """(boxes [N, T, 4], scores [N, T] with DROPPED where below the threshold, class [N, T]).
+        ``count``: the level's anchors when they follow the input size (:mod:`.shapes`)."""
         n_cls = scores.shape[-1]
+        if count is None:  # fixed size: the counts of the export size
+            k = min(level.k, level.anchors) if level.per_class else min(level.k, level.anchors * n_cls)
+            thresh = threshold(level.thresh, level.anchors, level.small)
+        else:
+            k = at_most(level.k, count if level.per_class else count * n_cls)
+            thresh = threshold(level.thresh, count, level.small)
         if level.per_class:
-            values, anchor = scores.topk(min(level.k, level.anchors), dim=1)  # [N, k, K]
+            values, anchor = scores.topk(k, dim=1)  # [N, k, K]
             cls = torch.arange(n_cls, device=scores.device).expand_as(anchor)
             values, anchor, cls = values.flatten(1), anchor.flatten(1), cls.flatten(1)
         else:
-            values, flat = scores.flatten(1).topk(min(level.k, level.anchors * n_cls), dim=1)
+            values, flat = scores.flatten(1).topk(k, dim=1)
             anchor = torch.div(flat, n_cls, rounding_mode="floor")
             cls = flat % n_cls
-        keep = values >= level.thresh if level.inclusive else values > level.thresh
+        keep = values >= thresh if level.inclusive else values > thresh
         values = torch.where(keep, values, torch.full_like(values, DROPPED))
         if boxes.dim() == 4:  # a box per class (two-stage nets): the candidate's own
             picked = torch.gather(boxes.flatten(1, 2), 1, (anchor * n_cls + cls).unsqueeze(-1).expand(-1, -1, 4))
@@ -90,13 +99,16 @@ class Select(nn.Module):
             picked = torch.gather(boxes, 1, anchor.unsqueeze(-1).expand(-1, -1, 4))
         return picked, values, cls
 
-    def forward(self, boxes, scores, image_sizes):
-        """``image_sizes`` [N, 2]: (h, w) of each image before padding."""
+    def forward(self, boxes, scores, image_sizes, counts=None):
+        """``image_sizes`` [N, 2]: (h, w) of each image before padding; ``counts``: the anchors
+        of each level when they follow the input size (ints, or sizes in a recorded graph),
+        else the spec's."""
         spec = self.spec
         parts, start = [], 0
-        for level in spec.levels:
-            end = start + level.anchors
-            parts.append(self._level(boxes[:, start:end], scores[:, start:end], level))
+        for i, level in enumerate(spec.levels):
+            count = None if counts is None else counts[i]
+            end = start + (level.anchors if count is None else count)
+            parts.append(self._level(boxes[:, start:end], scores[:, start:end], level, count))
             start = end
         b = torch.cat([p[0] for p in parts], 1)
         s = torch.cat([p[1] for p in parts], 1)
@@ -144,5 +156,5 @@ class EndToEnd(nn.Module):
         self.select = Select(dense.spec)
 
     def forward(self, image, image_sizes):
-        boxes, scores = self.dense(image)
-        return self.select(boxes, scores, image_sizes)
+        boxes, scores, counts = self.dense.levels(image)
+        return self.select(boxes, scores, image_sizes, counts if self.dense.dynamic else None)

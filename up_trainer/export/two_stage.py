@@ -17,7 +17,12 @@ first stage whole, and the forms differ only in the last step:
   candidates ranked jointly).
 * end2end (ONNX): the same graph followed by that step (:class:`TwoStageEndToEnd`).
 
-P is the RPN's ``post_nms_top_n`` at test time (every proposal row goes through the box head,
+With ``dynamic`` (``--dynamic-size``) the RPN's anchors come from its anchor generator inside
+the graph, at the input's size, and every count that depends on it (anchors per level, the
+per-level ``min(pre_nms_top_n, n)``, P) is computed there too (:mod:`.shapes`).
+
+P is the RPN's ``post_nms_top_n`` at test time, or fewer where the levels hold fewer candidates
+(every proposal row goes through the box head,
 padding included: the graph's shapes do not depend on the data). RoIs are pooled as the model
 pools them: RoIAlign per FPN level chosen by torchvision's level rule (computed for every RoI on
 every level and picked, which gives each RoI the same values); R-FCN's position-sensitive
@@ -31,6 +36,7 @@ from torchvision.ops import roi_align
 from ..errors import ConfigError
 from .dense import DenseSpec, Level, decode_deltas
 from .select import DROPPED, _BatchNMS, Select
+from .shapes import at_most, map_count
 
 TWO_STAGE_KINDS = ("faster_rcnn", "up_rcnn")
 OUTPUT_NAMES = ["proposals", "num_proposals", "boxes", "scores"]
@@ -50,21 +56,23 @@ class Proposals(nn.Module):
     """The RPN of ``rpn`` (torchvision's RegionProposalNetwork or a subclass) at one input size:
     feature maps -> (proposals [N, P, 4], valid [N, P] bool), as ``filter_proposals`` selects them."""
 
-    def __init__(self, rpn, feats, height, width):
+    def __init__(self, rpn, feats, height, width, dynamic=False):
         super().__init__()
         from torchvision.models.detection.image_list import ImageList
 
-        self.rpn = rpn
+        self.rpn, self.dynamic = rpn, dynamic
         probe = torch.zeros(1, 3, height, width)
         anchors = rpn.anchor_generator(ImageList(probe, [(height, width)]), feats)[0]
         self.register_buffer("anchors", anchors.float())
-        per_location = anchors.shape[0] // sum(f.shape[-2] * f.shape[-1] for f in feats)
-        self.per_level = [f.shape[-2] * f.shape[-1] * per_location for f in feats]
+        self.per_location = anchors.shape[0] // sum(f.shape[-2] * f.shape[-1] for f in feats)
+        self.per_level = [f.shape[-2] * f.shape[-1] * self.per_location for f in feats]
         self.pre_nms, self.post_nms = int(rpn._pre_nms_top_n["testing"]), int(rpn._post_nms_top_n["testing"])
         self.candidates = sum(min(self.pre_nms, n) for n in self.per_level)
         self.width = min(self.post_nms, self.candidates)
 
-    def forward(self, feats, sizes):
+    def forward(self, feats, sizes, image=None):
+        """``image``: the graph's input (its padded size places the anchors of a dynamic-size graph)."""
+        from torchvision.models.detection.image_list import ImageList
         from torchvision.models.detection.rpn import concat_box_prediction_layers
 
         rpn = self.rpn
@@ -73,10 +81,17 @@ class Proposals(nn.Module):
         n = feats[0].shape[0]
         objectness = objectness.reshape(n, -1)
         coder = rpn.box_coder
-        boxes = decode_deltas(deltas.reshape(n, -1, 4), self.anchors, coder.weights, coder.bbox_xform_clip)
+        if self.dynamic:
+            anchors = rpn.anchor_generator(ImageList(image, [tuple(image.shape[-2:])]), feats)[0].float()
+            per_level = [map_count(f, self.per_location) for f in feats]
+            width = at_most(self.post_nms, sum(at_most(self.pre_nms, c) for c in per_level))
+        else:
+            anchors, per_level, width = self.anchors, self.per_level, self.width
+        boxes = decode_deltas(deltas.reshape(n, -1, 4), anchors, coder.weights, coder.bbox_xform_clip)
         scores, picked, levels, start = [], [], [], 0
-        for level, count in enumerate(self.per_level):  # the best pre_nms_top_n logits per level
-            values, idx = objectness[:, start:start + count].topk(min(self.pre_nms, count), dim=1)
+        for level, count in enumerate(per_level):  # the best pre_nms_top_n logits per level
+            k = at_most(self.pre_nms, count) if self.dynamic else min(self.pre_nms, count)
+            values, idx = objectness[:, start:start + count].topk(k, dim=1)
             scores.append(values)
             picked.append(idx + start)
             levels.append(torch.full_like(idx, level))
@@ -92,7 +107,7 @@ class Proposals(nn.Module):
         kept = torch.zeros_like(s).index_put((selected[:, 0], selected[:, 2]),
                                              torch.ones_like(selected[:, 0], dtype=s.dtype))
         ranked = torch.where(kept > 0, s, torch.full_like(s, -2.0))
-        top, order = ranked.topk(self.width, dim=1)
+        top, order = ranked.topk(width, dim=1)
         valid = top > -1.5
         proposals = torch.gather(b, 1, order.unsqueeze(-1).expand(-1, -1, 4)) * valid.unsqueeze(-1).to(b.dtype)
         return proposals, valid
@@ -191,9 +206,9 @@ def _per_class(deltas, classes):
 class TwoStageGraph(nn.Module):
     """image, image_sizes -> proposals, num_proposals, boxes, scores (see the module docstring)."""
 
-    def __init__(self, model, height, width):
+    def __init__(self, model, height, width, dynamic=False):
         super().__init__()
-        self.model = model
+        self.model, self.dynamic = model, dynamic
         self.torchvision = model.kind == "faster_rcnn"
         if self.torchvision:
             t = model.detector.transform
@@ -204,7 +219,7 @@ class TwoStageGraph(nn.Module):
             rpn, heads = model._part("rpn"), model._part("box")
         with torch.no_grad():
             feats = self.features(torch.zeros(1, 3, height, width))
-        self.proposals = Proposals(rpn, list(feats.values()), height, width)
+        self.proposals = Proposals(rpn, list(feats.values()), height, width, dynamic)
         if self.torchvision:
             self.nets = nn.ModuleList([TorchvisionBoxNet(heads, feats, height, width)])
             self.coders = [heads.box_coder]
@@ -215,21 +230,26 @@ class TwoStageGraph(nn.Module):
             self.ensemble, min_size = bool(heads.ensemble), 0.0
         classes = int(model.num_classes)
         width_p = self.proposals.width
-        self.spec = DenseSpec([Level(width_p, width_p * classes, float(heads.score_thresh))],
+        # dynamic: one group of P x K candidates, P known only in the graph; k bounds it from above
+        k = (self.proposals.post_nms if dynamic else width_p) * classes
+        self.spec = DenseSpec([Level(width_p, k, float(heads.score_thresh))],
                               float(heads.nms_thresh), int(heads.detections_per_img), 1, min_size)
 
     def features(self, image):
         m = self.model
         if self.torchvision:
-            return m.detector.backbone((image - self.mean) / self.std)
+            return m.detector.backbone(self.normalise(image))
         feats = m._part("backbone")(image)
         if m.names.get("neck"):
             return m._part("neck")({str(i): f for i, f in enumerate(feats)})
         return {"0": feats[-1]}
 
+    def normalise(self, image):
+        return (image - self.mean) / self.std if self.torchvision else image
+
     def forward(self, image, image_sizes):
         feats = self.features(image)
-        proposals, valid = self.proposals(list(feats.values()), image_sizes)
+        proposals, valid = self.proposals(list(feats.values()), image_sizes, image)
         n, p = proposals.shape[:2]
         rois, probs = proposals, []
         last = len(self.nets) - 1
@@ -265,4 +285,5 @@ class TwoStageEndToEnd(nn.Module):
 
     def forward(self, image, image_sizes):
         _, _, boxes, scores = self.graph(image, image_sizes)
-        return self.select(boxes, scores, image_sizes)
+        counts = [boxes.shape[1]] if self.graph.dynamic else None
+        return self.select(boxes, scores, image_sizes, counts)
