@@ -321,36 +321,46 @@ def hsv_gains_uint8(image, gains, bgr=False):
     """:class:`AugmentHSV`'s arithmetic on a uint8 3xHxW image, rounded to uint8: the float
     path (:func:`rgb_to_hsv`, gains, :func:`hsv_to_rgb`) on 0-255 values, rewritten in whole-
     tensor arithmetic (no comparisons, ``where`` or ``remainder``, each as slow on the CPU as
-    ten additions) and run band by band of rows."""
-    out = torch.empty_like(image)
-    for y0, y1 in row_bands(image.shape[1], image.shape[2]):
-        out[:, y0:y1] = _hsv_gains_band(image[:, y0:y1], gains, bgr)
+    ten additions) and run band by band of rows.
+
+    The result is laid out channels-last (a CxHxW view of HxWxC memory, as decoded images are):
+    the resize that follows in UP's YOLOX pipelines (keep_ar_resize_max) runs twice as fast on
+    that layout. Each band's channels are written one by one (a strided copy of a contiguous
+    plane costs half of one copy across all three)."""
+    c, h, w = image.shape
+    out = torch.empty(h, w, c, dtype=torch.uint8).permute(2, 0, 1)
+    for y0, y1 in row_bands(h, w):
+        band = _hsv_gains_band(image[:, y0:y1], gains, bgr)
+        for channel in range(c):
+            out[channel, y0:y1].copy_(band[channel])
     return out
 
 
 def _hsv_gains_band(image, gains, bgr):
     """Rows of :func:`hsv_gains_uint8`, rounded, as int16: with x = 6 hue, v and s after their
-    gains, each channel is v - v s ramp(x), as in :func:`hsv_to_rgb`."""
-    rgb = image.to(torch.float32)
+    gains, each channel is v - v s ramp(x), as in :func:`hsv_to_rgb`. The hue's sector and
+    position are whole numbers until the division: computed in int16 (half the bytes of
+    float32, twice the values per vector instruction), the same values, so the same bits."""
+    rgb = image.to(torch.int16)
     r, g, b = rgb.unbind(0)
     if bgr:
         r, b = b, r
     value = torch.maximum(torch.maximum(r, g), b)
     delta = value - torch.minimum(torch.minimum(r, g), b)
-    # 1 where the channel is the largest (red first, then green, on ties), else 0: exact, since
-    # the values are whole numbers
-    below = value - 1.0
-    red = (r - below).clamp_(min=0.0)
-    green = (g - below).clamp_(min=0.0).sub_(red).clamp_(min=0.0)
-    blue = torch.rsub(red, 1.0).sub_(green)
+    # 1 where the channel is the largest (red first, then green, on ties), else 0
+    below = value - 1
+    red = (r - below).clamp_(min=0)
+    green = (g - below).clamp_(min=0).sub_(red).clamp_(min=0)
+    blue = torch.rsub(red, 1).sub_(green)
     # 6 hue = the sector's start (0, 2, 4; 6 for red with blue above green) + the signed
-    # position in it: in [0, 6)
+    # position in it: in [0, 6); its numerator is at most 6 x 255, within int16
     g_minus_b = g - b
-    start = torch.add(green, blue, alpha=2.0).sub_(g_minus_b.clamp(-1.0, 0.0).mul_(red), alpha=3.0)
-    x = g_minus_b.mul_(red).addcmul_(b - r, green).addcmul_(r - g, blue).addcmul_(start, delta, value=2.0)
-    x.div_(delta.clamp(min=1.0)).mul_(float(gains[0]))
+    start = torch.add(green, blue, alpha=2).sub_(g_minus_b.clamp(-1, 0).mul_(red), alpha=3)
+    numerator = g_minus_b.mul_(red).addcmul_(b - r, green).addcmul_(r - g, blue).addcmul_(start, delta, value=2)
+    x = numerator.to(torch.float32).div_(delta.clamp(min=1).to(torch.float32)).mul_(float(gains[0]))
     if gains[0] > 1.0:  # wrap around the hue circle
         x.sub_(x.div(6.0).floor_().mul_(6.0))
+    value, delta = value.to(torch.float32), delta.to(torch.float32)
     new_value = (value * float(gains[2])).clamp_(max=255.0)
     # value x saturation after the gains; saturation = delta / value (0 for black: delta is 0)
     chroma = delta.mul_(float(gains[1])).div_(value.clamp_(min=1.0)).clamp_(max=1.0).mul_(new_value)
