@@ -65,14 +65,17 @@ def _linear_resize(image, size, dim):
 
 
 def _canvas(fill_color, channels, h, w, dtype):
-    """A CxHxW image of UP's fill colour (zeros come from calloc, several times faster). A uint8
-    canvas is laid out channels-last (a CxHxW view of HxWxC memory), as decoded images are:
-    copying them in moves whole rows, and torch's uint8 resize runs about 2.5x faster on it."""
+    """A CxHxW image of UP's fill colour. A uint8 canvas is laid out channels-last (a CxHxW view
+    of HxWxC memory), as decoded images are: copying them in moves whole rows, and torch's uint8
+    resize runs about 2.5x faster on it. Its memory is a reused buffer (data/buffer_pool.py):
+    a fresh 1280 x 1280 mosaic canvas cost 0.33 ms in page faults and zeroing, a reused one 0.07."""
     fill = fill_of(fill_color, channels, dtype=dtype)
     if dtype == torch.uint8:
-        fill = fill.view(1, 1, channels)
-        memory = torch.zeros(h, w, channels, dtype=dtype) if not bool(fill.any()) else \
-            fill.expand(h, w, channels).clone()
+        memory = buffer_pool.empty((h, w, channels), dtype)
+        if bool(fill.any()):
+            memory.copy_(fill.view(1, 1, channels).expand(h, w, channels))
+        else:
+            memory.zero_()
         return memory.permute(2, 0, 1)
     if not bool(fill.any()):
         return torch.zeros(channels, h, w, dtype=dtype)

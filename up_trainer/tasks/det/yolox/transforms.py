@@ -328,7 +328,7 @@ def hsv_gains_uint8(image, gains, bgr=False):
     that layout. Each band's channels are written one by one (a strided copy of a contiguous
     plane costs half of one copy across all three)."""
     c, h, w = image.shape
-    out = torch.empty(h, w, c, dtype=torch.uint8).permute(2, 0, 1)
+    out = buffer_pool.empty((h, w, c), torch.uint8).permute(2, 0, 1)
     for y0, y1 in row_bands(h, w):
         band = _hsv_gains_band(image[:, y0:y1], gains, bgr)
         for channel in range(c):
