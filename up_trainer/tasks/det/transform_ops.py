@@ -30,9 +30,10 @@ def to_uint8(pixels):
 BAND_PIXELS = 30_000
 
 
-def row_bands(height, width):
-    """(start, stop) row ranges of about BAND_PIXELS pixels covering ``height`` rows."""
-    rows = max(1, BAND_PIXELS // max(width, 1))
+def row_bands(height, width, pixels=None):
+    """(start, stop) row ranges of about ``pixels`` (default BAND_PIXELS) pixels covering
+    ``height`` rows."""
+    rows = max(1, (pixels or BAND_PIXELS) // max(width, 1))
     return [(y, min(y + rows, height)) for y in range(0, height, rows)]
 
 
