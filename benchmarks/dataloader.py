@@ -41,6 +41,11 @@ intra-op thread in the main process and in every worker (as torch sets in worker
 counts compare processes. ``--epoch2``: the second epoch of one loader with persistent workers
 (a run's default with workers and more than one epoch), uncached against ``cache: ram``, so
 neither includes worker start-up. ``--e2e``: see benchmarks/dataloader_e2e.py.
+
+The yolox row has no bare loop; its reference is the float32 pipeline of before the uint8 samples:
+benchmarks/dataloader_trees.py runs this script of that checkout and of this one alternately
+(images/s), and benchmarks/pipeline_stages.py times each step of the pipeline on uint8 and on
+float images in one process (CPU time per sample).
 """
 import argparse
 import contextlib
