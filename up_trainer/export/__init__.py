@@ -10,8 +10,9 @@ Faster R-CNN, UP's C4 / R-FCN / Cascade R-CNN) likewise, their raw form being th
 and the per-class boxes and scores before the last NMS (:mod:`.two_stage`); every torchvision
 detector to TorchScript as the whole model with its post-processing (list of images ->
 detections), or, where TorchScript cannot compile the net, as raw head outputs like ONNX. The
-batch axis is dynamic everywhere; the image size is fixed at the export size, except a
-classifier's with ``dynamic_size``. ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
+batch axis is dynamic everywhere; the image size is fixed at the export size, except with
+``dynamic_size`` (classifiers; detectors in ONNX and pt2, their anchors and per-level counts then
+computed in the graph: :mod:`.shapes`; SSDlite, which resizes to one fixed size, refuses it). ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
 Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
@@ -93,7 +94,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     """Export, verify, write ``out`` and ``out.json``; returns the JSON record. Both are
     checked by the output guard (paths.py) before anything is loaded: neither may be the
     checkpoint or a config file. ``int8``: also write the quantized model (:mod:`.int8`).
-    ``dynamic_size``: height and width free too (classifiers), verified at two sizes."""
+    ``dynamic_size``: height and width free too, verified at two sizes."""
     from ..paths import guard_output_file
     from ..predict import load_model
 
