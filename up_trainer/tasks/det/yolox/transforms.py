@@ -120,6 +120,12 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
     source = buffer_pool.empty((largest * c,), torch.float32)
     shift = fill.to(torch.float32)
     blank = not bool(shift.any())
+    (a, b, c0), (d, e, f0), (_, _, m) = inverse_rows
+    a, b, c0, d, e, f0 = a / m, b / m, c0 / m, d / m, e / m, f0 / m
+    # The grid in float64 (as fast here as float32), then float32: float32 arithmetic on these
+    # coordinates is off by up to 1e-4 of a pixel, a few hundredths of a level at a sharp edge
+    columns = torch.arange(tile_w, dtype=torch.float64)[None, :]
+    rows = torch.arange(tile_h, dtype=torch.float64)[:, None]
     for (tx, ty, tx1, ty1), (left, top, right, bottom) in zip(rects, reads):
         cw, ch = right - left, bottom - top
         if cw <= 0 or ch <= 0:  # this tile of the output sees none of the image: the fill
@@ -127,13 +133,12 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
         pixels = source[:ch * cw * c].view(ch, cw, c).permute(2, 0, 1).copy_(image[:, top:bottom, left:right])
         if not blank:  # zeros padding then lands exactly on the fill colour
             pixels.sub_(shift)
-        normalise = torch.tensor([[2.0 / cw, 0.0, -1.0 - 2.0 * left / cw], [0.0, 2.0 / ch, -1.0 - 2.0 * top / ch],
-                                  [0.0, 0.0, 1.0]], dtype=torch.float64)
-        # the grid in float64 (then float32): float32 arithmetic on these coordinates is off by
-        # up to 1e-4 of a pixel, a few hundredths of a level at a sharp edge
-        xs = torch.arange(tx, tx1, dtype=torch.float64).add_(0.5)[None, :]
-        ys = torch.arange(ty, ty1, dtype=torch.float64).add_(0.5)[:, None]
-        grid = _sampling_grid((normalise @ inverse).tolist(), xs, ys, True).to(torch.float32)
+        # grid_sample's coordinates (align_corners false: -1 and 1 are the outer edges of the
+        # part read) of the source point of output pixel (tx + 0.5 + i, ty + 0.5 + j)
+        x0, y0 = tx + 0.5, ty + 0.5
+        coefficients = [[2.0 * a / cw, 2.0 * b / cw, 2.0 * (a * x0 + b * y0 + c0 - left) / cw - 1.0],
+                        [2.0 * d / ch, 2.0 * e / ch, 2.0 * (d * x0 + e * y0 + f0 - top) / ch - 1.0], [0.0, 0.0, 1.0]]
+        grid = _sampling_grid(coefficients, columns[:, :tx1 - tx], rows[:ty1 - ty], True).to(torch.float32)
         samples = F.grid_sample(pixels[None], grid[None], mode="bilinear", padding_mode="zeros",
                                 align_corners=False)[0]
         if not blank:
