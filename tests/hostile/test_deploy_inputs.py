@@ -110,3 +110,26 @@ def test_tta_scales_are_checked(exported, scales):
     res = invoke(["eval", "--config", str(exported / "cls.yaml"), "--model", str(exported / "cls.onnx"), "--tta",
                   "--tta-scales", scales])
     assert_one_line(res, "--tta-scales")
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"input": {"names": ["image", "image_sizes"], "shape": ["batch", 3, "height", "width"], "size_divisible": 0}},
+     "size_divisible"),
+    ({"input": {"names": ["image"], "shape": ["batch", 3, "height", "width"], "size_divisible": "32"}},
+     "size_divisible"),
+    ({"size_range": {"height": [-5, None], "width": [33, None]}}, "size_range"),
+    ({"size_range": {"height": "all"}}, "size_range"),
+])
+def test_dynamic_size_detector_record_fields_are_checked(tmp_path, change, fragment):
+    """A tampered record of a dynamic-size detector: one line naming the field, before the file
+    is read (a size_divisible of 0 would divide by zero while padding a batch)."""
+    from up_trainer.errors import ConfigError
+    from up_trainer.export.runtime import ExportedModel
+
+    record = {"format": "onnx", "task": "det", "kind": "yolox", "form": "end2end", "dynamic_size": True,
+              "input": {"names": ["image", "image_sizes"], "shape": ["batch", 3, "height", "width"],
+                        "size_divisible": 32}, "preprocess": {"type": "pad", "size": [64, 64]}}
+    record.update(change)
+    with pytest.raises(ConfigError) as err:
+        ExportedModel(str(tmp_path / "none.onnx"), record)
+    assert fragment in str(err.value) and len(str(err.value).splitlines()) == 1

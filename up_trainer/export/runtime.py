@@ -61,6 +61,22 @@ def _file_runner(path, fmt, threads):
     return run
 
 
+def _check_dynamic_record(path, record):
+    """A dynamic-size detector's record: ``input.size_divisible`` a positive int, ``size_range``
+    (pt2) per axis a [lo, hi] of non-negative ints (hi may be null); else one line."""
+    divisible = record["input"].get("size_divisible", 32)
+    if type(divisible) is not int or not 1 <= divisible <= 4096:
+        raise ConfigError("--model", f"{path}.json: input.size_divisible must be a positive integer, got {divisible!r}")
+    ranges = record.get("size_range", {})
+    ok = isinstance(ranges, dict) and all(
+        isinstance(ranges.get(axis, [0, None]), list) and len(ranges.get(axis, [0, None])) == 2
+        and type(ranges.get(axis, [0, None])[0]) is int and 0 <= ranges.get(axis, [0, None])[0] <= 65536
+        for axis in ("height", "width"))
+    if not ok:
+        raise ConfigError("--model", f"{path}.json: size_range must give height and width as [lo, hi] pixel "
+                          f"counts, got {ranges!r}"[:300])
+
+
 class ExportedModel:
     """The exported file ``path`` (its record ``path.json`` beside it) behind the model's forward."""
 
@@ -86,6 +102,8 @@ class ExportedModel:
             self.form = "scripted"
         else:
             self.form = record.get("form", "heads" if self.task == "det" else "tensors")
+        if record.get("dynamic_size") and self.task == "det":
+            _check_dynamic_record(path, record)
         self.run = file_runner(path, self.format, threads)
         self.training = False
 
