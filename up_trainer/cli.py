@@ -133,8 +133,9 @@ def _checkpoint_or_model(checkpoint, model_path):
 @click.option("--out", default=None, metavar="FILE", help="output file (default: CKPT with .onnx / .pt2 / .pt)")
 @click.option("--input-size", default=None, metavar="C,H,W",
               help="input size (default: classification the test dataset's, detection min_size square)")
-@click.option("--dynamic-size", is_flag=True, help="classifiers: height and width free in the file too "
-                                                  "(verified at the export size and twice it)")
+@click.option("--dynamic-size", is_flag=True,
+              help="height and width free in the file too (classifiers; detectors in onnx / pt2, not SSDlite); "
+                   "verified at the export size and a second one")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
               help="largest error allowed between export and PyTorch (|a-b| / (1+|b|))")
 @click.option("--opset", type=click.IntRange(min=11), default=17, show_default=True, help="ONNX opset")

@@ -12,7 +12,8 @@ detector to TorchScript as the whole model with its post-processing (list of ima
 detections), or, where TorchScript cannot compile the net, as raw head outputs like ONNX. The
 batch axis is dynamic everywhere; the image size is fixed at the export size, except with
 ``dynamic_size`` (classifiers; detectors in ONNX and pt2, their anchors and per-level counts then
-computed in the graph: :mod:`.shapes`; SSDlite, which resizes to one fixed size, refuses it). ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
+computed in the graph: :mod:`.shapes`; SSDlite, which resizes to one fixed size, refuses it).
+``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
 Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded

@@ -9,9 +9,10 @@ SSDlite, YOLOX, the ATSS RetinaNet with or without its IoU branch) as a module
 at one input size (H, W), or, built with ``dynamic`` (``--dynamic-size``), at any size: the
 anchors / points then come from the feature maps' shapes inside the graph, and ``forward``
 returns a third tensor, ``level_sizes`` [L] (int64), the anchors of each level at that size
-(:meth:`levels` gives them as a list, for :mod:`.select`). A counts the anchors / points of every pyramid level, level after
-level, K the classes scored (background excluded). The input is what the model itself receives
-in ``batch["image"]`` (the test dataset's model input), padded bottom/right to (H, W); each
+(:meth:`levels` gives them as a list, for :mod:`.select`). A counts the anchors / points of
+every pyramid level, level after level, K the classes scored (background excluded). The input
+is what the model itself receives in ``batch["image"]`` (the test dataset's model input),
+padded bottom/right to (H, W); each
 family's own input step (torchvision's normalisation, YOLOX's 0-255 scale, the ATSS net's
 normalisation) is inside the graph. Alongside, :class:`DenseSpec` says how the model selects
 detections from these tensors: per level, a threshold and a top-k (over (anchor, class) pairs
