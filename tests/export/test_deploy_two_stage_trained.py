@@ -49,9 +49,7 @@ TRAINED = {
 FORMS = {"rfcn": (("onnx", "raw", ".raw.onnx"), ("pt2", "raw", ".pt2"))}  # besides end2end, fixed and dynamic
 
 
-# 150-350 training steps, then 2-4 exports: 2-4 minutes per net on 2 loaded cores (C4's resnet stage 5 on every
-# RoI: 6-9 minutes)
-@pytest.mark.slow
+@pytest.mark.slow  # 150-350 training steps, then 2-4 exports: 2-4 minutes per net on 2 loaded cores
 @pytest.mark.parametrize("name", list(TRAINED))
 def test_a_trained_two_stage_net_as_onnx_and_pt2_gives_the_checkpoints_detections(tmp_path, name):
     from scene_training import digit_scene_metrics
