@@ -178,12 +178,6 @@ def _check_dynamic_detector(model, fmt):
         raise ConfigError("--dynamic-size", f"{kind}: the net resizes every image to its fixed size "
                           f"{fixed[0]}x{fixed[1]}, so no other size ever reaches the graph",
                           "export without --dynamic-size")
-    if kind in DYNAMIC_REFUSED:
-        raise ConfigError("--dynamic-size", f"{kind}: {DYNAMIC_REFUSED[kind]}",
-                          "export at the largest size you need with --input-size C,H,W")
-
-
-DYNAMIC_REFUSED = {}  # kind -> why its graph cannot follow the input size
 
 
 def second_size(size):
