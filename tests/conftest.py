@@ -1,5 +1,6 @@
 """Shared test helpers: a tiny digits config and an in-process CLI runner."""
 import os
+import signal
 import sys
 
 import pytest
@@ -103,3 +104,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def stop_signal_handlers_kept():
+    """Fail a test that leaves SIGINT / SIGTERM handled differently than it found them (a
+    trainer whose before_train installed auto_checkpoint's handlers without its after_train):
+    every later test in that process would swallow Ctrl-C and SIGTERM. The handlers are put
+    back either way, so one leak fails one test, not the signal tests that happen to follow."""
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    left = {sig: signal.getsignal(sig) for sig, handler in kept.items() if signal.getsignal(sig) is not handler}
+    for sig in left:
+        signal.signal(sig, kept[sig])
+    if left:
+        pytest.fail("the test left signal handlers installed: " + ", ".join(
+            f"{signal.Signals(sig).name} -> {getattr(h, '__qualname__', h)}" for sig, h in left.items()))

@@ -59,9 +59,12 @@ def test_statistics_are_the_plain_average_of_the_evaluated_weights(tmp_path):
 
 def test_with_ema_the_estimate_is_in_the_average_and_the_raw_weights_are_restored(tmp_path):
     trainer = build_trainer(resolved(cnn_cfg([EMA, PBN], max_epoch=1)), work_dir=str(tmp_path), device="cpu")
-    trainer.hooks.call("before_train", trainer)
+    trainer.hooks.call("before_train", trainer)  # ema starts its average
     raw = {k: v.clone() for k, v in trainer.module.state_dict().items()}
-    trainer.evaluate()
+    try:
+        trainer.evaluate()
+    finally:
+        trainer.hooks.call("after_train", trainer)  # auto_checkpoint hands the signal handlers back
     for k, v in trainer.module.state_dict().items():
         assert torch.equal(v, raw[k]), k
     bn = trainer.module.backbone[1]
