@@ -23,14 +23,13 @@ epochs between, the ratio taken per neighbouring pair. Peak memory: ``torch.cuda
 above what was allocated when it began (activations, gradients, workspaces; both models'
 weights and optimizer state stay resident and are left out).
 
-Budget on one H100 (estimates: no GPU had run this when it was written): per case without
-compile about 20 s (cls) and 30 s (det); compile adds about 40-90 s to a case, mostly to the
-loop that compiles first: the other reuses the compiled graph from torch's cache (smoke run on
-2 busy CPU cores, ResNet-50 bf16 channels_last: first epoch 416 s bare, then 2.1 s up). Cases run in
-this order: every case without compile, then compiled cls, then compiled det; a case is not
-started once ``--budget-min`` (12) minutes have passed, so the whole run stays under 14 minutes
-and ``python -m pytest tests/gpu -q`` (about 6 minutes) fits beside it in 20. Cases left out are
-listed with the command that runs them.
+Budget, measured on one H100 (2026-11-27, torch 2.11; docs/speed.rst has the figures): about
+20 s per case without compile (7 cases in 2.6 min, 6 det cases in 2.0 min); a compiled case 60 s
+with a cold compile cache (the loop that compiles first: 47.5 s first epoch; the other reuses the
+graph) and 18 s warm. Cases run in this order: every case without compile, then compiled cls,
+then compiled det; a case is not started once ``--budget-min`` (12) minutes have passed, so the
+whole run stays under 14 minutes. ``python -m pytest tests/gpu -q -n 7 --dist load`` took 108 s
+on the same machine. Cases left out are listed with the command that runs them.
 
 Target: up / bare epoch time <= 1.02.
 """

@@ -327,6 +327,25 @@ def test_greedy_takes_fewest_modules_memory_time_least_time():
     assert planner.Planner(prof, ["A", "B", "C"], 100 / planner.GB).plan(2).units == frozenset()
 
 
+def test_cuda_peak_model_checkpoints_although_one_unit_alone_lowers_nothing():
+    """On CUDA the prediction is overhead + activations + the recomputation transient of the
+    largest checkpointed unit; one unit alone then saves exactly its transient. The search must
+    rank units by the activations they save, or it stops before the first (seen on an H100:
+    'checkpoint 0 unit(s) ... OVER BUDGET even so')."""
+    samples = [{"n": n, "total": 38 * n, "overhead": 100.0 * n,
+                "groups": {"<outside>|": 8 * n, "A|": 10 * n, "B|": 10 * n, "C|": 10 * n},
+                "times": {"A": 3.0 * n, "B": 1.0 * n, "C": 2.0 * n}} for n in (1, 2, 3)]
+    prof = profiler.FittedProfile(samples)
+    # at n=2: 200 overhead + 76 activations = 276 unchecked; one unit: 276; two: 256; three: 236
+    for strategy in ("greedy", "memory_time"):
+        tight = planner.Planner(prof, ["A", "B", "C"], 250 / planner.GB, strategy, cuda=True).plan(2)
+        assert tight.units == {"A", "B", "C"} and tight.fits and tight.predicted == 236, (strategy, tight)
+        loose = planner.Planner(prof, ["A", "B", "C"], 260 / planner.GB, strategy, cuda=True).plan(2)
+        assert loose.units == {"B", "C"} and loose.fits and loose.predicted == 256, (strategy, loose)
+    over = planner.Planner(prof, ["A", "B", "C"], 200 / planner.GB, "greedy", cuda=True).plan(2)
+    assert not over.fits and over.units == {"A", "B", "C"}  # the most it can do, and it says so
+
+
 # -- a detector (tasks/det): backbone blocks, FPN convs, a head shared over 5 FPN levels -----------
 def test_detector_gradients_equal_and_fewer_bytes():
     def det():

@@ -6,6 +6,10 @@ CUDA, where the overhead (weights, gradients, optimizer state, workspaces) is fi
 torch.cuda.max_memory_allocated and one recomputed unit's activations are added for the
 transient of its recomputation during backward.
 
+Units are ranked by the activation bytes they save, not by the change of that prediction: on
+CUDA the first checkpointed unit brings its own recomputation transient, so alone no unit
+lowers the peak prediction (it saves at most what it recomputes), while several do.
+
 Strategies:
 - ``greedy``: add the unit with the largest marginal saving until the prediction fits (few
   modules: each step covers as much of the remaining need as any single module can).
@@ -82,10 +86,17 @@ class Planner:
             self.hits += 1
         return plan
 
+    def _activations(self, n, plan, groups):
+        """Predicted activation bytes kept for backward with ``plan`` checkpointed."""
+        return self.profile.margin * self.profile.bytes_at(n, plan, groups)
+
+    def _peak_model(self):
+        return self.cuda and self.profile.overhead is not None
+
     def _predict(self, n, plan, groups):
         """What is compared with the budget (see module docstring)."""
-        act = self.profile.margin * self.profile.bytes_at(n, plan, groups)
-        if not self.cuda or self.profile.overhead is None:
+        act = self._activations(n, plan, groups)
+        if not self._peak_model():
             return act
         transient = max((self._alone(u, groups) for u in plan), default=0.0)
         return self.profile.overhead(n) + act + transient
@@ -112,10 +123,11 @@ class Planner:
         cur = self._predict(n, chosen, groups)
         while cur > self.budget:
             best = None
+            kept = self._activations(n, chosen, groups)
             for u in self.units:
                 if u in chosen:
                     continue
-                gain = cur - self._predict(n, chosen | {u}, groups)
+                gain = kept - self._activations(n, chosen | {u}, groups)
                 if gain > 0 and (best is None or (gain, -secs[u]) > best[0]):
                     best = ((gain, -secs[u]), u)
             if best is None:
@@ -125,11 +137,14 @@ class Planner:
         return chosen
 
     def _knapsack(self, n, groups, secs, unchecked):
-        need = unchecked - self.budget
+        # on CUDA the cover must also pay for one recomputation transient: the largest, to be safe
+        transient = max((self._alone(u, groups) for u in self.units), default=0.0) if self._peak_model() else 0.0
+        need = unchecked - self.budget + transient
         step = need / _STEPS
+        kept = self._activations(n, frozenset(), groups)
         items = []
         for u in self.units:
-            saving = unchecked - self._predict(n, frozenset([u]), groups)
+            saving = kept - self._activations(n, frozenset([u]), groups)
             w = min(_STEPS, int(saving / step))  # rounded down: never optimistic
             if w > 0:
                 items.append((u, w, secs[u]))
