@@ -113,10 +113,28 @@ def stop_signal_handlers_kept():
     every later test in that process would swallow Ctrl-C and SIGTERM. The handlers are put
     back either way, so one leak fails one test, not the signal tests that happen to follow."""
     kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    ignored = os_ignored_signals()
     yield
     left = {sig: signal.getsignal(sig) for sig, handler in kept.items() if signal.getsignal(sig) is not handler}
+    # Below Python: a native library (or a child's set-up run in this process) can set the
+    # disposition with sigaction directly; getsignal still names Python's handler, the signal
+    # is dropped by the kernel, and every child started later inherits the SIG_IGN.
+    newly = {sig for sig in kept if sig in os_ignored_signals() - ignored and sig not in left}
     for sig in left:
         signal.signal(sig, kept[sig])
-    if left:
+    for sig in newly:
+        signal.signal(sig, kept[sig])  # re-installs Python's handler with the kernel too
+    if left or newly:
         pytest.fail("the test left signal handlers installed: " + ", ".join(
-            f"{signal.Signals(sig).name} -> {getattr(h, '__qualname__', h)}" for sig, h in left.items()))
+            [f"{signal.Signals(sig).name} -> {getattr(h, '__qualname__', h)}" for sig, h in left.items()]
+            + [f"{signal.Signals(sig).name} -> SIG_IGN below Python" for sig in newly]))
+
+
+def os_ignored_signals():
+    """Signals the kernel ignores for this process (Linux /proc; empty elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration, ValueError):
+        return set()
+    return {sig for sig in (signal.SIGINT, signal.SIGTERM) if mask >> (sig - 1) & 1}
