@@ -100,7 +100,9 @@ class ModelInput:
             return self._per_image(images)
         if images.dtype == torch.uint8:
             # on the CPU into a reused buffer (buffer_pool: fresh pages cost more than the pass)
-            x = buffer_pool.empty_like(images).copy_(images).div_(self.divisor)
+            x = buffer_pool.empty_like(images).copy_(images)
+            if self.divisor != 1.0:  # YOLOX's 0-255 input: the cast is the whole conversion
+                x.div_(self.divisor)
         elif images.is_floating_point():
             # float pixels are [0, 1]: 255 x on the uint8 scale
             float_divisor = self.divisor / 255.0
@@ -126,7 +128,9 @@ class ModelInput:
         out = buffer_pool.empty_like(images)
         if self.mean is None:
             for image, converted in zip(images, out):
-                converted.copy_(image).div_(self.divisor)
+                converted.copy_(image)
+                if self.divisor != 1.0:
+                    converted.div_(self.divisor)
             return out
         mean = torch.as_tensor(self.mean, dtype=out.dtype).view(-1, 1, 1)
         std = torch.as_tensor(self.std, dtype=out.dtype).view(-1, 1, 1)
