@@ -116,10 +116,10 @@ def stop_signal_handlers_kept():
     ignored = os_ignored_signals()
     yield
     left = {sig: signal.getsignal(sig) for sig, handler in kept.items() if signal.getsignal(sig) is not handler}
-    # Below Python: a native library (or a child's set-up run in this process) can set the
-    # disposition with sigaction directly; getsignal still names Python's handler, the signal
-    # is dropped by the kernel, and every child started later inherits the SIG_IGN.
-    newly = {sig for sig in kept if sig in os_ignored_signals() - ignored and sig not in left}
+    # Below Python: a native library can set the disposition with sigaction directly;
+    # getsignal still names Python's handler, the kernel drops the signal, and every child
+    # started later inherits the SIG_IGN.
+    newly = (os_ignored_signals() - ignored) - set(left)
     for sig in left:
         signal.signal(sig, kept[sig])
     for sig in newly:
