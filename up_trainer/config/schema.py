@@ -117,6 +117,9 @@ SCHEMAS = {
                                     "the run trains more than one epoch"),
         "prefetch_factor": Field((int, type(None)), None, "batches each worker loads ahead (DataLoader's default 2 "
                                                           "when null; needs num_workers > 0)", minimum=1),
+        "worker_transport": Field(str, "ring", "how worker processes hand batches to the main process: ring "
+                                  "(through shared memory reused from batch to batch) or torch (DataLoader's own "
+                                  "way, a fresh shared-memory segment per tensor)", choices=["ring", "torch"]),
         "drop_last": Field(bool, False, "drop the last incomplete training batch"),
         "normalize_on": Field(str, "auto", "where the pipeline's final conversion (to float, to_tensor / "
                               "normalize) runs: device (workers send uint8 batches, converted after the copy to "

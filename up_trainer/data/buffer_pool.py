@@ -20,6 +20,7 @@ import torch
 
 MAX_BUFFERS = 32  # storages kept (about two detection batches of 8 images, and a few spare)
 MAX_BYTES = 256 * 2**20  # and their total size: idle ones beyond it are let go, oldest first
+POOLED_FROM = 4 * 2**20  # empty_strided: smaller tensors come from malloc, which reuses its pages
 
 _lock = threading.Lock()
 _free = []  # UntypedStorage, most recently used last
@@ -68,6 +69,19 @@ def empty_like(tensor, dtype=torch.float32):
     if _use_count is None or tensor.device.type != "cpu":
         return torch.empty_like(tensor, dtype=dtype)
     return _take(tensor.shape, _layout_of(tensor), dtype)
+
+
+def dense_layout(tensor):
+    """Strides of a gap-free copy of ``tensor`` that keeps its memory order where it can."""
+    return _layout_of(tensor)
+
+
+def empty_strided(shape, strides, dtype):
+    """An uninitialised CPU tensor of ``shape`` with the dense ``strides``, from the pool when
+    it is large (small ones cost glibc nothing to allocate)."""
+    if _use_count is None or math.prod(shape) * torch.empty((), dtype=dtype).element_size() < POOLED_FROM:
+        return torch.empty_strided(shape, strides, dtype=dtype)
+    return _take(shape, strides, dtype)
 
 
 def empty(shape, dtype):

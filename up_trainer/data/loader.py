@@ -18,6 +18,7 @@ import weakref
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, default_collate
 
+from .batch_ring import BatchRing, RingCollate, unpack
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
 from .sampler import ResumableSampler
@@ -114,9 +115,35 @@ _WORKERS = weakref.WeakSet()  # every worker process our loaders started
 
 class WorkerTrackingLoader(DataLoader):
     """A DataLoader that records the worker processes of each iterator it starts, so that the
-    exit handler below can find them (multiprocessing drops a process's target once started)."""
+    exit handler below can find them (multiprocessing drops a process's target once started).
+
+    ``transport``: how workers hand batches over; ``ring`` (batch_ring.py) sends their tensors
+    through shared memory that is reused, where DataLoader's own way (``torch``) makes a fresh
+    segment for each tensor. Without workers both are the same."""
+
+    def __init__(self, *args, transport="ring", **kwargs):
+        use_ring = transport == "ring" and kwargs.get("num_workers", 0) > 0
+        if use_ring:
+            kwargs["collate_fn"] = RingCollate(kwargs.get("collate_fn") or default_collate)
+        super().__init__(*args, **kwargs)
+        self._ring = None
+
+    def __iter__(self):
+        iterator = super().__iter__()
+        return _Unpacking(iterator) if isinstance(self.collate_fn, RingCollate) else iterator
+
+    def _start_ring(self):
+        """A fresh ring for the workers about to start (forked ones only: they inherit it)."""
+        ctx = self.multiprocessing_context or multiprocessing.get_context()
+        if ctx.get_start_method() != "fork":
+            self.collate_fn.ring = None
+            return
+        slots = (self.prefetch_factor or 2) + 1  # what a worker has in flight, and one being filled
+        self._ring = self.collate_fn.ring = BatchRing(self.num_workers, slots, ctx)
 
     def _get_iterator(self):
+        if isinstance(self.collate_fn, RingCollate):
+            self._start_ring()
         # Workers are forked with SIGTERM/SIGINT blocked, so a group signal landing before their
         # worker_init_fn ignores it cannot kill them (the main process gets it once unblocked).
         # Children are recorded even when starting raises, so the exit handler finds them all.
@@ -131,6 +158,22 @@ class WorkerTrackingLoader(DataLoader):
             _WORKERS.update(set(multiprocessing.active_children()) - before)
             if masked:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+
+
+class _Unpacking:
+    """A DataLoader iterator whose batches' ring descriptors are copied out as they are handed on."""
+
+    def __init__(self, iterator):
+        self._iterator = iterator
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return unpack(next(self._iterator))
+
+    def __len__(self):
+        return len(self._iterator)
 
 
 @atexit.register
@@ -232,7 +275,8 @@ class LoaderFactory:
         # carry pin_memory: true, and run on CPU here too), and pinning would change nothing.
         kwargs = dict(num_workers=nw, pin_memory=self.cfg["pin_memory"] and _accelerator_available(),
                       persistent_workers=self.persistent(),
-                      worker_init_fn=ignore_stop_signals if nw else None)
+                      worker_init_fn=ignore_stop_signals if nw else None,
+                      transport=self.cfg.get("worker_transport", "ring"))
         if self.cfg.get("prefetch_factor") is not None:
             kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
         return kwargs
