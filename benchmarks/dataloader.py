@@ -136,9 +136,13 @@ YOLOX_TRANSFORMS = [
 ]
 
 
+WORKER_TRANSPORT = ["ring"]  # dataset.worker_transport of up's loaders (--worker-transport)
+
+
 def loader_cfg(batch_size, workers, persistent=False):
     return {"batch_size": batch_size, "test_batch_size": None, "num_workers": workers, "pin_memory": False,
-            "persistent_workers": persistent and workers > 0, "prefetch_factor": None, "drop_last": False}
+            "persistent_workers": persistent and workers > 0, "prefetch_factor": None, "drop_last": False,
+            "worker_transport": WORKER_TRANSPORT[0]}
 
 
 def up_dataset(task, paths):
@@ -293,6 +297,8 @@ def main():
     ap.add_argument("--normalize-on", default="device", choices=["auto", "device", "workers"],
                     help="dataset.normalize_on of up's loaders (default device: uint8 batches, converted in the "
                     "main process as a stand-in for the accelerator; auto: what up train picks here)")
+    ap.add_argument("--worker-transport", default="ring", choices=["ring", "torch"],
+                    help="dataset.worker_transport of up's loaders (torch: DataLoader's own way, as before the ring)")
     ap.add_argument("--e2e", action="store_true", help="only the detection demo's epoch-2 images/s (dataloader_e2e.py)")
     ap.add_argument("--e2e-images", type=int, default=400, help="training scenes of the end-to-end runs")
     ap.add_argument("--e2e-workers", type=int, nargs="+", default=[0, 2])
@@ -307,6 +313,7 @@ def main():
 
         return run_e2e(args.e2e_images, args.e2e_workers, args.before, args.rounds)
     torch.set_num_threads(1)
+    WORKER_TRANSPORT[0] = args.worker_transport
     set_normalize_on(args.normalize_on, "cuda" if torch.cuda.is_available() else "cpu")
     import logging
 
@@ -329,7 +336,8 @@ def main():
                     print("".join(f"{c:>9}" if i else f"{c:<9}" for i, c in enumerate(row)), flush=True)
             return print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-              f"{args.rounds} rounds, normalize_on {normalize_on()}; images/s (median), one pass per measurement "
+              f"{args.rounds} rounds, normalize_on {normalize_on()}, worker_transport {args.worker_transport}; "
+              "images/s (median), one pass per measurement "
               "with worker start-up")
         head = ("pipeline", "workers", "bare", "up", "up/bare", "ram e1", "ram e2", "e2/up", "e2/bare")
         print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(head)))

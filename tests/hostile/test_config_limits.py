@@ -58,6 +58,10 @@ CASES = [
      ("trainer.max_epoch: expected int", "got str 'xxxx")),
     ("runtime.imports: [1]", with_text(lambda tmp_path: "runtime: {imports: [1]}\n"),
      "runtime.imports[0]: expected a module name like my_pkg.hooks, got int 1"),
+    ("worker_transport: shm", with_text(lambda tmp_path: "dataset: {num_workers: 1, worker_transport: shm}\n"),
+     ("dataset.worker_transport", "ring", "torch")),
+    ("worker_transport: [ring]", with_text(lambda tmp_path: "dataset: {worker_transport: [ring]}\n"),
+     "dataset.worker_transport: expected str"),
     ("ema listed twice", with_text(lambda tmp_path: "hooks: [{type: ema}, {type: ema}]\n"),
      "hooks[1]: ema is listed twice (first at hooks[0]); it cannot run twice"),
     ("grad_clipper listed twice", with_text(
