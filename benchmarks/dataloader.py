@@ -326,7 +326,7 @@ def main():
             return loader_settings(paths, args.rounds)
         if args.epoch2:
             print(f"epoch 2 with persistent workers, load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, "
-                  f"normalize_on {normalize_on()}; images/s (median)")
+                  f"normalize_on {normalize_on()}, worker_transport {args.worker_transport}; images/s (median)")
             print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(("pipeline", "workers", "up e2",
                                                                                 "ram e2", "ram/up"))))
             for task in args.pipelines:
