@@ -92,6 +92,25 @@ def test_a_batch_larger_than_a_slot_goes_the_ordinary_way(monkeypatch):
     assert_same(out, plain)
 
 
+def test_two_iterators_of_one_loader_each_have_their_ring():
+    loader = WorkerTrackingLoader(Samples(), batch_size=4, num_workers=2, collate_fn=collate, timeout=60)
+    first, second = iter(loader), iter(loader)
+    pairs = list(zip(first, second))  # consumed in turn: the first iterator's ring must stay alive
+    _, plain = epochs("torch", count=1)
+    assert_same([a for a, _ in pairs], plain[0])
+    assert_same([b for _, b in pairs], plain[0])
+
+
+def test_without_shared_memory_batches_go_the_ordinary_way(monkeypatch):
+    def no_ring(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("up_trainer.data.loader.BatchRing", no_ring)
+    loader, out = epochs("ring", count=1)
+    _, plain = epochs("torch", count=1)
+    assert loader._ring is None
+    assert_same(out, plain)
+
+
 def test_slots_are_reused_in_order_and_held_until_copied_out():
     ctx = torch.multiprocessing.get_context("fork")
     ring = batch_ring.BatchRing(1, 2, ctx, slot_bytes=1024)
@@ -107,6 +126,25 @@ def test_slots_are_reused_in_order_and_held_until_copied_out():
     dropped = batch_ring.Lease(ring.id, 0, 1, received=True)
     del dropped  # a batch dropped unread frees its slot too
     assert ring._free[0].acquire(block=False)
+
+
+def test_the_pin_memory_thread_copies_descriptors_out_and_frees_the_slot(monkeypatch):
+    # With an accelerator DataLoader's pin-memory thread walks each batch as it arrives and calls
+    # pin_memory() on what it finds; pinning itself needs an accelerator, so it is a copy here.
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self.clone())
+    ctx = torch.multiprocessing.get_context("fork")
+    ring = batch_ring.BatchRing(1, 1, ctx, slot_bytes=1024)
+    assert ring._free[0].acquire(block=False)
+    ring.view(0, (2, 2), (1, 2), torch.float32).copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    lease = batch_ring.Lease(ring.id, 0, 1, received=True)
+    batch = {"image": [batch_ring.RingTensor(lease, 0, (2, 2), (1, 2), torch.float32)], "name": "x"}
+    pinned = pin_memory(batch)
+    assert pinned["image"][0].tolist() == [[1.0, 2.0], [3.0, 4.0]] and pinned["name"] == "x"
+    assert pinned["image"][0].stride() == (1, 2)
+    assert ring._free[0].acquire(block=False)
+    assert batch_ring.unpack(pinned) is not None  # what reaches the main thread is plain tensors
 
 
 def test_a_workers_own_lease_never_frees_the_slot():

@@ -136,10 +136,14 @@ class WorkerTrackingLoader(DataLoader):
         """A fresh ring for the workers about to start (forked ones only: they inherit it)."""
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         if ctx.get_start_method() != "fork":
-            self.collate_fn.ring = None
+            self._ring = self.collate_fn.ring = None
             return
         slots = (self.prefetch_factor or 2) + 1  # what a worker has in flight, and one being filled
-        self._ring = self.collate_fn.ring = BatchRing(self.num_workers, slots, ctx)
+        try:
+            self._ring = BatchRing(self.num_workers, slots, ctx)
+        except (OSError, ValueError, ImportError):  # no shared memory or semaphores here: DataLoader's way
+            self._ring = None
+        self.collate_fn.ring = self._ring
 
     def _get_iterator(self):
         if isinstance(self.collate_fn, RingCollate):
@@ -153,7 +157,11 @@ class WorkerTrackingLoader(DataLoader):
         if masked:
             signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
-            return super()._get_iterator()
+            iterator = super()._get_iterator()
+            # the ring lives as long as the iterator whose workers write it (a second iterator
+            # of the same loader gets a ring of its own)
+            iterator._batch_ring = self._ring
+            return iterator
         finally:
             _WORKERS.update(set(multiprocessing.active_children()) - before)
             if masked:
