@@ -139,10 +139,14 @@ def test_the_pin_memory_thread_copies_descriptors_out_and_frees_the_slot(monkeyp
     assert ring._free[0].acquire(block=False)
     ring.view(0, (2, 2), (1, 2), torch.float32).copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
     lease = batch_ring.Lease(ring.id, 0, 1, received=True)
-    batch = {"image": [batch_ring.RingTensor(lease, 0, (2, 2), (1, 2), torch.float32)], "name": "x"}
+    image = batch_ring.RingTensor(lease, 0, (2, 2), (1, 2), torch.float32)
+    lease.count = 2  # and a second tensor, after the same image listed twice
+    batch = {"image": [image, image], "second": batch_ring.RingTensor(lease, 0, (1,), (1,), torch.float32),
+             "name": "x"}
     pinned = pin_memory(batch)
     assert pinned["image"][0].tolist() == [[1.0, 2.0], [3.0, 4.0]] and pinned["name"] == "x"
     assert pinned["image"][0].stride() == (1, 2)
+    assert pinned["second"].tolist() == [1.0]
     assert ring._free[0].acquire(block=False)
     assert batch_ring.unpack(pinned) is not None  # what reaches the main thread is plain tensors
 

@@ -137,16 +137,27 @@ class RingTensor:
 
     def __init__(self, lease, offset, shape, strides, dtype):
         self.lease, self.offset, self.shape, self.strides, self.dtype = lease, offset, shape, strides, dtype
+        self._copy = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_copy"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _copy=None)
 
     def copy_out(self):
-        """The tensor, copied from the slot into a buffer of the main process's own."""
-        ring = self.lease.ring
-        if ring is None:
-            raise RuntimeError("a DataLoader batch outlived the loader that produced it")
-        out = buffer_pool.empty_strided(self.shape, self.strides, self.dtype)
-        out.copy_(ring.view(self.offset, self.shape, self.strides, self.dtype))
-        self.lease.one_done()
-        return out
+        """The tensor, copied from the slot into a buffer of the main process's own; once per
+        descriptor however often it is asked (a batch may hold one tensor twice), so the slot is
+        freed only after every tensor of the batch was read."""
+        if self._copy is None:
+            ring = self.lease.ring
+            if ring is None:
+                raise RuntimeError("a DataLoader batch outlived the loader that produced it")
+            out = buffer_pool.empty_strided(self.shape, self.strides, self.dtype)
+            out.copy_(ring.view(self.offset, self.shape, self.strides, self.dtype))
+            self._copy = out
+            self.lease.one_done()
+        return self._copy
 
     def pin_memory(self, device=None):
         # DataLoader's pin-memory thread calls this on arrival: the slot is freed at once
