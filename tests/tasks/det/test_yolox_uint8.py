@@ -183,6 +183,26 @@ def test_uint8_warp_of_a_large_image_is_the_exact_warp_rounded(fill):
         assert float(diff.mean()) <= 0.26, float(diff.mean())
 
 
+def test_uint8_warp_does_not_depend_on_what_its_reused_buffer_held():
+    """A turned image's box covers the output while tiles at its corners see none of the image:
+    those get the fill, not the old pixels of the reused output buffer."""
+    from up_trainer.data import buffer_pool
+    from up_trainer.tasks.det.transform_ops import fill_of
+    from up_trainer.tasks.det.yolox.transforms import RandomPerspectiveYolox, warp_image
+
+    image = torch.randint(0, 256, (3, 240, 240), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    warp = RandomPerspectiveYolox(degrees=45.0, translate=0.0, scale=[0.4, 0.8], border=[-60, -60])
+    fill = fill_of(0, 3, dtype=torch.uint8)
+    torch.manual_seed(0)
+    for _ in range(20):
+        matrix, _ = warp.matrix(240, 240, 120, 120)
+        outs = []
+        for level in (0, 255):
+            buffer_pool.empty((3, 120, 120), torch.uint8).fill_(level)  # a pooled buffer with old pixels
+            outs.append(warp_image(image, matrix, 120, 120, fill).clone())
+        assert torch.equal(*outs)
+
+
 @SETTINGS
 @given(items=st.lists(samples(), min_size=2, max_size=3), seed=st.integers(0, 2**31 - 1))
 def test_whole_yolox_pipeline_draws_the_same_boxes_on_uint8(items, seed):

@@ -84,7 +84,8 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
     c, h, w = image.shape
     x0, y0, x1, y1 = _around(matrix, (-1, -1, w + 1, h + 1), 0, (out_w, out_h))
     out = buffer_pool.empty((c, out_h, out_w), torch.uint8)
-    if (x0, y0, x1, y1) != (0, 0, out_w, out_h):
+    filled = (x0, y0, x1, y1) != (0, 0, out_w, out_h)
+    if filled:
         out.copy_(fill.expand(c, out_h, out_w))
     if x1 <= x0 or y1 <= y0:  # the image lands outside the output
         return out
@@ -98,7 +99,7 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
     reads = [_around_rows(inverse_rows, rect, 1, (w, h)) for rect in rects]
     largest = max((r - l) * (bo - t) for l, t, r, bo in reads)
     if largest <= 0:
-        return out
+        return out if filled else out.copy_(fill.expand(c, out_h, out_w))
     source = buffer_pool.empty((largest * c,), torch.float32)
     shift = fill.to(torch.float32)
     blank = not bool(shift.any())
@@ -111,6 +112,8 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
     for (tx, ty, tx1, ty1), (left, top, right, bottom) in zip(rects, reads):
         cw, ch = right - left, bottom - top
         if cw <= 0 or ch <= 0:  # this tile of the output sees none of the image: the fill
+            if not filled:  # (a corner of a turned image's box: the reused buffer holds old pixels)
+                out[:, ty:ty1, tx:tx1] = fill
             continue
         pixels = source[:ch * cw * c].view(ch, cw, c).permute(2, 0, 1).copy_(image[:, top:bottom, left:right])
         if not blank:  # zeros padding then lands exactly on the fill colour
