@@ -143,6 +143,24 @@ def test_uint8_mixup_window_is_the_same_on_any_number_of_threads():
     assert torch.equal(*results)
 
 
+@pytest.mark.parametrize("fill", [0, [114, 0, 255]])
+def test_uint8_mixup_window_of_the_letterbox_rows_alone_is_the_same(fill):
+    """Given only the letterbox's picture rows (its rows below are the fill), the window is the
+    one of the whole letterbox, bit for bit; with a black fill, rows reading only fill are skipped."""
+    from up_trainer.tasks.det.mix_transforms import mix_resized_window
+    from up_trainer.tasks.det.transform_ops import fill_of
+
+    g = torch.Generator().manual_seed(1)
+    pixels = torch.randint(0, 256, (3, 96, 96), generator=g, dtype=torch.uint8)
+    fill8 = fill_of(fill, 3, dtype=torch.uint8)
+    letterbox = fill8.view(1, 1, 3).expand(120, 120, 3).clone()
+    letterbox[:90] = torch.randint(0, 256, (90, 120, 3), generator=g, dtype=torch.uint8)
+    letterbox = letterbox.permute(2, 0, 1)
+    for scaled, offsets, flip in (((150, 140), (30, 20), False), ((120, 120), (24, 0), True), ((100, 100), (4, 4), False)):
+        whole = mix_resized_window(pixels, letterbox, scaled, offsets, flip).clone()
+        assert torch.equal(whole, mix_resized_window(pixels, letterbox[:, :90], scaled, offsets, flip, 120, fill8))
+
+
 def _exact_warp(image, matrix, out_h, out_w, fill):
     """The warp in float64 (bilinear, zeros beyond the image shifted onto the fill), 0-255."""
     import torch.nn.functional as F

@@ -229,32 +229,47 @@ def _taps(positions, n, size):
     return low, (low + 1).clamp_(max=n - 1), (source - low).to(torch.float32)
 
 
-def mix_resized_window(pixels, image, scaled, offsets, flip):
+def mix_resized_window(pixels, image, scaled, offsets, flip, height=None, fill=None):
     """uint8 ``pixels`` (C x th x tw) averaged with the th x tw window at ``offsets`` (y, x) of
     ``image`` resized to ``scaled`` (h, w) (flipped left-right first when ``flip``; zero beyond
     the resized image), rounded half up once. The window is what ``_window(_resized(image,
     *scaled), ...)`` gives on float images, with the same taps (rows, then columns; the columns'
     weights in float32), computed only for the window and band by band of rows (each band's float
     temporaries stay in the CPU cache; a whole-window float image would be written into fresh
-    pages). ``image``: uint8, or float on the 0-255 scale."""
+    pages). ``image``: uint8, or float on the 0-255 scale.
+
+    With ``height``, ``image`` is the top of a ``height``-row image whose other rows are the
+    colour ``fill`` (C levels; a letterbox below its picture): those rows are never built, the
+    taps that read them get the fill's values, and where the fill is black the window's rows
+    that read only fill rows add nothing (exactly: every value there is 0) and are skipped."""
     channels, th, tw = pixels.shape
     n_h, n_w = image.shape[-2:]
+    rows_given, n_h = n_h, height or n_h
     (ch, cw), (y_off, x_off) = scaled, offsets
     rh, rw = min(ch - y_off, th), min(cw - x_off, tw)  # the window's part inside the resized image
     row_low, row_high, row_frac = _taps(torch.arange(y_off, y_off + rh), n_h, ch)
+    fill_row = None
+    if rows_given < n_h:
+        fill_row = fill.to(torch.float32).view(1, 1, channels).expand(1, n_w, channels).reshape(1, n_w * channels)
+        if not bool(fill.any()):  # the taps are in order: the rows past the first all-fill one read only fill
+            rh = min(rh, int(torch.searchsorted(row_low, rows_given)))
     # per band: the two source rows of each output row (whole rows of the channels-last image,
     # plain copies), blended in float; then torch's 1-D linear interpolation of those rows to
     # the resized width (the taps of _taps with float32 weights: within 1e-4 of a level; the
     # same bits on any number of threads; twice as fast as gathering the columns), and the
     # window's columns of it
-    rows_of = image.permute(1, 2, 0).reshape(n_h, n_w * channels)
+    rows_of = image.permute(1, 2, 0).reshape(rows_given, n_w * channels)
     out = buffer_pool.empty((channels, th, tw), torch.uint8)
     for y0, y1 in row_bands(th, tw):
         band = pixels[:, y0:y1].to(torch.float32)
         r1 = min(y1, rh)
         if r1 > y0:
             b = r1 - y0
-            two = rows_of.index_select(0, torch.cat([row_low[y0:r1], row_high[y0:r1]])).to(torch.float32)
+            taps = torch.cat([row_low[y0:r1], row_high[y0:r1]])
+            beyond = fill_row is not None and int(row_high[r1 - 1]) >= rows_given
+            two = rows_of.index_select(0, taps.clamp(max=rows_given - 1) if beyond else taps).to(torch.float32)
+            if beyond:  # the fill's rows, as the whole image would hold them
+                two[taps >= rows_given] = fill_row
             frac = row_frac[y0:r1].view(b, 1)
             rows = two[:b].mul_(1.0 - frac).add_(two[b:].mul_(frac)).view(b, n_w, channels)
             lines = F.interpolate(rows.permute(0, 2, 1), size=cw, mode="linear", align_corners=False) \
@@ -340,15 +355,20 @@ class YoloxMixUp(_DrawsSamples):
         channels, th, tw = pixels.shape
         ih, iw = self.input_size
         h, w = size
+        fill = fill_of(self.fill_color, channels, dtype=torch.uint8)
         fits = (h, w) == tuple(other.shape[-2:])
+        # only the letterbox's rows that hold the picture are built (its rows below are the fill)
+        if fits and w == iw:  # the drawn image is those rows as it is
+            return mix_resized_window(pixels, other, scaled, offsets, flip, ih, fill)
+        rows = min(max(h, 1), ih)
         if fits:
-            letterbox = _canvas(self.fill_color, channels, ih, iw, torch.uint8)
+            letterbox = _canvas(self.fill_color, channels, rows, iw, torch.uint8)
             letterbox[:, :h, :w] = other
         else:  # the fill's level on the 0-255 scale, the drawn image resized without rounding
-            letterbox = fill_of(self.fill_color, channels, dtype=torch.uint8).view(1, 1, channels)
-            letterbox = letterbox.to(torch.float32).expand(ih, iw, channels).clone().permute(2, 0, 1)
+            letterbox = fill.view(1, 1, channels).to(torch.float32).expand(rows, iw, channels).clone()
+            letterbox = letterbox.permute(2, 0, 1)
             letterbox[:, :h, :w] = _resized(other.to(torch.float32), max(h, 1), max(w, 1))[:, :h, :w]
-        return mix_resized_window(pixels, letterbox, scaled, offsets, flip)
+        return mix_resized_window(pixels, letterbox, scaled, offsets, flip, ih, fill)
 
     def __repr__(self):
         return f"YoloxMixUp(input_size={self.input_size}, mixup_scale={self.mixup_scale})"
