@@ -161,6 +161,43 @@ def test_uint8_mixup_window_of_the_letterbox_rows_alone_is_the_same(fill):
         assert torch.equal(whole, mix_resized_window(pixels, letterbox[:, :90], scaled, offsets, flip, 120, fill8))
 
 
+@pytest.mark.parametrize("fill", [0, [114, 0, 255]])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_warp_that_knows_the_mosaic_fill_gives_the_same_pixels(fill, dtype, monkeypatch):
+    """Bands and tiles that read only a mosaic canvas's fill are not sampled: the same bits as
+    sampling them, for warps that shrink (tiles) and enlarge (bands) the canvas (small bands and
+    tiles here, so that many of them read only fill)."""
+    from torchvision import tv_tensors
+
+    from up_trainer.tasks.det import transform_ops
+    from up_trainer.tasks.det.transform_ops import MosaicCanvas, fill_of
+    from up_trainer.tasks.det.yolox import warp as warp_module
+    from up_trainer.tasks.det.yolox.transforms import RandomPerspectiveYolox, warp_image
+
+    monkeypatch.setattr(transform_ops, "BAND_PIXELS", 1000)
+    monkeypatch.setattr(warp_module, "TILE_OUTPUT_PIXELS", 1000)
+    monkeypatch.setattr(warp_module, "TILE_SOURCE_PIXELS", 4000)
+
+    g = torch.Generator().manual_seed(2)
+    fill_t = fill_of(fill, 3, dtype=dtype)
+    canvas = fill_t.view(1, 1, 3).expand(256, 256, 3).clone()
+    pictures = ((70, 60, 128, 128), (128, 80, 190, 128), (80, 128, 128, 180), (128, 128, 170, 200))
+    for x1, y1, x2, y2 in pictures:
+        part = torch.randint(0, 256, (y2 - y1, x2 - x1, 3), generator=g, dtype=torch.uint8)
+        canvas[y1:y2, x1:x2] = part if dtype == torch.uint8 else part / 255.0
+    canvas = tv_tensors.Image(canvas.permute(2, 0, 1))
+    known = MosaicCanvas(canvas, canvas._version, pictures, fill_t)
+    assert known.describes(canvas)
+    warp = RandomPerspectiveYolox(degrees=30.0, translate=0.2, scale=[0.2, 2.0], shear=2.0, border=[-64, -64])
+    torch.manual_seed(4)
+    for _ in range(16):
+        matrix, _ = warp.matrix(256, 256, 128, 128)
+        plain = warp_image(canvas.as_subclass(torch.Tensor), matrix, 128, 128, fill_t).clone()
+        assert torch.equal(plain, warp_image(canvas.as_subclass(torch.Tensor), matrix, 128, 128, fill_t, known))
+    canvas.add_(0)  # changed in place: what mosaic knew no longer holds
+    assert not known.describes(canvas)
+
+
 def _exact_warp(image, matrix, out_h, out_w, fill):
     """The warp in float64 (bilinear, zeros beyond the image shifted onto the fill), 0-255."""
     import torch.nn.functional as F

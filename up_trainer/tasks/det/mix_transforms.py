@@ -25,7 +25,7 @@ from ...data import buffer_pool
 from ...errors import ConfigError
 from ...registry import TRANSFORMS
 from .transforms import PER_BOX_KEYS
-from .transform_ops import box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
+from .transform_ops import MosaicCanvas, box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
 
 
 def _pair(value, name):
@@ -166,7 +166,7 @@ class Mosaic(_DrawsSamples):
         samples = [first] * 4 if self.mosaic_self else [first] + self._others(3, first[0].dtype)
         channels = first[0].shape[0]
         canvas = _canvas(self.fill_color, channels, 2 * th, 2 * tw, first[0].dtype)
-        boxes, per_box = [], {key: [] for key in PER_BOX_KEYS if key in target}
+        boxes, per_box, pictures = [], {key: [] for key in PER_BOX_KEYS if key in target}, []
         for quarter, (img, tgt) in enumerate(samples):
             h0, w0 = img.shape[-2:]
             ratio = min(th / h0, tw / w0)
@@ -187,6 +187,7 @@ class Mosaic(_DrawsSamples):
                 xa1, ya1, xa2, ya2 = xc, yc, min(xc + w, 2 * tw), min(2 * th, yc + h)
                 xb1, yb1 = 0, 0
             canvas[:, ya1:ya2, xa1:xa2] = img[:, yb1:yb1 + (ya2 - ya1), xb1:xb1 + (xa2 - xa1)]
+            pictures.append((xa1, ya1, xa2, ya2))
             b = tgt["boxes"].as_subclass(torch.Tensor).clone()
             b[:, 0::2] = b[:, 0::2] * (w / w0) + (xa1 - xb1)
             b[:, 1::2] = b[:, 1::2] * (h / h0) + (ya1 - yb1)
@@ -200,8 +201,11 @@ class Mosaic(_DrawsSamples):
             boxes[:, 1::2] = boxes[:, 1::2].clamp(0, 2 * th)
         keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
         target = _with_boxes(target, boxes[keep], {k: v[keep] for k, v in per_box.items()}, (2 * th, 2 * tw))
-        target["_mosaic"] = True
-        return tv_tensors.Image(canvas), target
+        canvas = tv_tensors.Image(canvas)
+        # where the canvas is fill, for the warp that follows (any value but False means "mosaic ran")
+        target["_mosaic"] = MosaicCanvas(canvas, canvas._version, tuple(pictures),
+                                         fill_of(self.fill_color, channels, dtype=canvas.dtype))
+        return canvas, target
 
     def __repr__(self):
         return f"Mosaic(tar_size={self.tar_size}, mosaic_prob={self.mosaic_prob})"

@@ -1,6 +1,9 @@
 """Pixel and box helpers the detection transforms share (YOLOX's single-image ones, the
 mixing ones, UP's improve augmentations): UP's 0-255 fill colours on uint8 or float images,
-rounding to uint8, cache-sized row bands, one uniform draw, YOLOv5's box survival rule."""
+rounding to uint8, cache-sized row bands, one uniform draw, YOLOv5's box survival rule, and
+what mosaic tells the warp after it about the canvas it built."""
+from typing import NamedTuple
+
 import torch
 
 from ...errors import ConfigError, DataError
@@ -57,3 +60,24 @@ def box_candidates(before, after, wh_thr=2.0, ar_thr=20.0, area_thr=0.2):
     w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
     aspect = torch.maximum(w2 / (h2 + 1e-16), h2 / (w2 + 1e-16))
     return (w2 > wh_thr) & (h2 > wh_thr) & (w2 * h2 / (w1 * h1 + 1e-16) > area_thr) & (aspect < ar_thr)
+
+
+class MosaicCanvas(NamedTuple):
+    """A mosaic canvas as mosaic returned it (``target["_mosaic"]``): the image object, its
+    version counter then, the rectangles (x1, y1, x2, y2) that hold pictures and the fill
+    (Cx1x1, the canvas's dtype) everywhere else. The warp that follows skips sampling parts it
+    knows are fill (a third of a 2x canvas); the knowledge holds only for that very object,
+    unchanged since (:meth:`describes`)."""
+
+    image: torch.Tensor
+    version: int
+    pictures: tuple
+    fill: torch.Tensor
+
+    def describes(self, image):
+        return image is self.image and image._version == self.version
+
+    def reads_only_fill(self, rect):
+        """Whether the pixels of ``rect`` (x1, y1, x2, y2) are all fill."""
+        x1, y1, x2, y2 = rect
+        return not any(x1 < px2 and px1 < x2 and y1 < py2 and py1 < y2 for px1, py1, px2, py2 in self.pictures)

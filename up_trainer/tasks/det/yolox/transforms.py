@@ -23,7 +23,7 @@ from torchvision import tv_tensors
 from ....data import buffer_pool
 from ....errors import ConfigError, DataError
 from ....registry import TRANSFORMS
-from ..transform_ops import box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
+from ..transform_ops import MosaicCanvas, box_candidates, check_fill, fill_of, row_bands, to_uint8, uniform
 from ..transforms import select_boxes
 from .warp import warp_boxes, warp_image  # noqa: F401  (warp_image: its tests import it from here)
 
@@ -83,7 +83,8 @@ class RandomPerspectiveYolox:
         return move @ shear @ rotate @ tilt @ centre, s
 
     def __call__(self, image, target):
-        if target.pop("_mosaic", True) is False:
+        mosaic = target.pop("_mosaic", True)
+        if mosaic is False:
             return image, target
         c, h, w = image.shape
         out_h, out_w = h + 2 * self.border[0], w + 2 * self.border[1]
@@ -104,7 +105,10 @@ class RandomPerspectiveYolox:
         if (out_h, out_w) != (h, w) or not torch.equal(matrix, torch.eye(3, dtype=torch.float64)):
             pixels = image.as_subclass(torch.Tensor)
             fill = fill_of(self.fill_color, c, dtype=pixels.dtype)
-            image = tv_tensors.Image(warp_image(pixels, matrix.to(torch.float64), out_h, out_w, fill))
+            # the mosaic canvas just built, unchanged, with this fill: the warp may skip its fill
+            known = mosaic if isinstance(mosaic, MosaicCanvas) and mosaic.describes(image) and \
+                mosaic.fill.dtype == fill.dtype and torch.equal(mosaic.fill, fill) else None
+            image = tv_tensors.Image(warp_image(pixels, matrix.to(torch.float64), out_h, out_w, fill, known))
         return image, target
 
     def __repr__(self):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ....data import buffer_pool
 from ..transform_ops import BAND_PIXELS, row_bands
 
-def warp_image(image, matrix, out_h, out_w, fill):
+def warp_image(image, matrix, out_h, out_w, fill, canvas=None):
     """``image`` (CxHxW, uint8 or float) under the 3x3 ``matrix`` (source -> output, continuous
     pixel coordinates: pixel (i, j) covers [j, j+1) x [i, i+1)), bilinear, ``fill`` (Cx1x1 of
     the image's dtype) outside. Sampling runs in float on a copy of just the part of the image
@@ -18,12 +18,14 @@ def warp_image(image, matrix, out_h, out_w, fill):
     both inside the image of the corners), band by band of output rows (each band's grid and
     samples stay in the CPU cache); a uint8 result is rounded to the nearest level. A uint8
     image under an affine map that shrinks it goes tile by tile instead
-    (:func:`_warp_uint8_tiles`)."""
+    (:func:`_warp_uint8_tiles`). With ``canvas`` (a :class:`..transform_ops.MosaicCanvas` of
+    ``image`` with this fill), output bands or tiles that read only its fill get the fill
+    without sampling: sampling pixels that are all the fill gives exactly the fill."""
     c, h, w = image.shape
     inverse = torch.linalg.inv(matrix)
     affine = bool(inverse[2, 0] == 0.0) and bool(inverse[2, 1] == 0.0)
     if affine and image.dtype == torch.uint8 and _spread(inverse) > 0.8:  # it shrinks the image
-        return _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill)
+        return _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill, canvas)
     # bilinear sampling blends the pixels within one of the point: one pixel of margin, in the
     # image's units, on both sides
     left, top, right, bottom = _around(inverse, (0, 0, out_w, out_h), 1, (w, h)) if affine else (0, 0, w, h)
@@ -52,7 +54,15 @@ def warp_image(image, matrix, out_h, out_w, fill):
     if not covered:
         out.copy_(fill.expand(c, out_h, out_w))
     xs = torch.arange(x0, x1, dtype=dtype).add_(0.5)[None, :]
+    inverse_rows = inverse.tolist()
     for b0, b1 in row_bands(y1 - y0, x1 - x0):
+        # every bilinear tap of the band lies within one pixel of the image of its corners (two
+        # here, for the float32 grid's rounding)
+        if canvas is not None and affine and canvas.reads_only_fill(
+                _around_rows(inverse_rows, (x0, y0 + b0, x1, y0 + b1), 2, (w, h))):
+            if covered:  # (else the whole output was filled above)
+                out[:, y0 + b0:y0 + b1, x0:x1] = fill
+            continue
         ys = torch.arange(y0 + b0, y0 + b1, dtype=dtype).add_(0.5)[:, None]
         grid = _sampling_grid(coefficients, xs, ys, affine)
         band = F.grid_sample(pixels[None], grid[None], mode="bilinear", padding_mode="zeros", align_corners=False)[0]
@@ -72,7 +82,7 @@ TILE_SOURCE_PIXELS = 100_000
 TILE_OUTPUT_PIXELS = BAND_PIXELS
 
 
-def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
+def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill, canvas=None):
     """:func:`warp_image` of a uint8 image under an affine ``matrix``, tile by tile of the
     output. Each tile converts to float only the part of the image it reads (the image of its
     corners, one pixel of margin) into a reused buffer, then samples it: grid_sample gathers
@@ -111,7 +121,8 @@ def _warp_uint8_tiles(image, matrix, inverse, out_h, out_w, fill):
     rows = torch.arange(tile_h, dtype=torch.float64)[:, None]
     for (tx, ty, tx1, ty1), (left, top, right, bottom) in zip(rects, reads):
         cw, ch = right - left, bottom - top
-        if cw <= 0 or ch <= 0:  # this tile of the output sees none of the image: the fill
+        # this tile of the output sees none of the image, or only fill of a mosaic canvas: the fill
+        if cw <= 0 or ch <= 0 or (canvas is not None and canvas.reads_only_fill((left, top, right, bottom))):
             if not filled:  # (a corner of a turned image's box: the reused buffer holds old pixels)
                 out[:, ty:ty1, tx:tx1] = fill
             continue
