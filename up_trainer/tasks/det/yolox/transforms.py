@@ -208,8 +208,10 @@ def _hsv_gains_band(image, gains, bgr):
     # How far each channel sits below the value, as a share of the chroma (hsv_to_rgb's
     # trapezoids, written for x in [0, 6]): red 2 - |x - 3|, green |x - 2| - 1, blue |x - 4| - 1,
     # clamped to [0, 1]
+    # (the signs are +-1, so the product is exact and the sum rounds once, as addcmul's would; an
+    # addcmul with two broadcast 3x1x1 operands misses torch's vectorized loop: 3x slower)
     centres, signs, offsets = _RAMPS_BGR if bgr else _RAMPS_RGB
-    ramps = torch.addcmul(offsets, (x[None] - centres).abs_(), signs).clamp_(0.0, 1.0)
+    ramps = (x[None] - centres).abs_().mul_(signs).add_(offsets).clamp_(0.0, 1.0)
     # + 0.5 and truncation: rounded half up (every value is >= 0)
     return torch.addcmul(new_value.add_(0.5), ramps, chroma, value=-1.0).to(torch.int16)
 
