@@ -2,6 +2,7 @@
 batches as DataLoader's own transport, slots freed however a batch ends, and the ordinary way
 for what does not fit."""
 import collections
+import os
 
 import pytest
 import torch
@@ -109,6 +110,14 @@ def test_without_shared_memory_batches_go_the_ordinary_way(monkeypatch):
     _, plain = epochs("torch", count=1)
     assert loader._ring is None
     assert_same(out, plain)
+
+
+def test_slot_size_splits_the_rings_address_space(monkeypatch):
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PHYS_PAGES": 2**22, "SC_PAGE_SIZE": 4096}[name])  # 16 GB
+    assert batch_ring.slot_bytes_for(2, 3) == 4 * 2**30 // 6 // 64 * 64  # 4 GB over 6 slots
+    assert batch_ring.slot_bytes_for(128, 3) == 16 * 2**20  # never under 16 MB
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PHYS_PAGES": 2**19, "SC_PAGE_SIZE": 4096}[name])  # 2 GB
+    assert batch_ring.slot_bytes_for(1, 2) == 2**30 // 4  # a quarter of the memory, over 2 slots
 
 
 def test_slots_are_reused_in_order_and_held_until_copied_out():
