@@ -19,6 +19,7 @@ its slot when it is collected. A batch larger than a slot, tensors already in sh
 and workers that are not forked go the ordinary way.
 """
 import itertools
+import math
 import mmap
 import os
 import threading
@@ -50,6 +51,8 @@ def slot_bytes_for(num_workers, slots_per_worker):
         memory = 16 * 2**30
     total = min(RING_BYTES, memory // RING_SHARE_OF_MEMORY)
     return max(MIN_SLOT_BYTES, total // (num_workers * slots_per_worker) // ALIGN * ALIGN)
+
+
 _rings = weakref.WeakValueDictionary()  # ring id -> BatchRing, in the process that made it
 _ring_ids = itertools.count()
 _release_lock = threading.Lock()
@@ -195,10 +198,7 @@ def unpack(batch):
 
 
 def _nbytes(shape, dtype):
-    n = 1
-    for size in shape:
-        n *= size
-    return n * torch.empty((), dtype=dtype).element_size()
+    return math.prod(shape) * dtype.itemsize
 
 
 def _aligned(nbytes):
