@@ -98,6 +98,42 @@ def test_worker_death_while_a_sigterm_is_pending_still_exits_143(tmp_path):
     assert calls.read_text() == "requeue 77\n"
 
 
+def group_members(pgid):
+    """pids of the live (not zombie) processes in process group ``pgid``."""
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while listed
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.add(int(entry))
+    return pids
+
+
+def test_workers_end_when_the_main_process_is_killed(tmp_path):
+    """SIGKILL (the OOM killer, a node drain) gives the main process no chance to shut its
+    DataLoader workers down: they must notice and end on their own, not stay behind holding
+    their memory and their slots of the shared batch ring."""
+    marker = tmp_path / "gate"
+    cfg = cfg_file(tmp_path, "orphans", max_epoch=2,
+                   hooks=[{"type": "test_gate", "kwargs": {"at": [1], "marker": str(marker)}}],
+                   dataset={"num_workers": 2})
+    proc = start(cfg, tmp_path / "run")
+    wait_file(f"{marker}.i1", proc)  # the main process waits at the gate; its workers prefetch
+    workers = group_members(proc.pid) - {proc.pid}
+    assert len(workers) >= 2, workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.time() + 30
+    while group_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not group_members(proc.pid), "DataLoader workers outlived the killed main process"
+
+
 def test_second_run_in_the_same_run_dir_exits_2_naming_the_holder(tmp_path):
     """Two real `up train` on one run dir: the second stops at once, naming the first's PID and
     host, and touches nothing; the first runs on (it is stopped here with SIGTERM: exit 143)."""
