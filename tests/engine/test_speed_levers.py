@@ -36,6 +36,9 @@ def test_loader_keys_reach_the_dataloader(tmp_path):
         warnings.simplefilter("error")
         next(iter(loader))
     assert trainer.loaders.train_loader(2) is loader  # one loader, its workers serve every epoch
+    if sys.platform.startswith("linux"):  # forked whatever Python's default (forkserver from 3.14)
+        assert loader.multiprocessing_context.get_start_method() == "fork"
+        assert loader._ring is not None  # and so they hand batches over through the shared ring
     assert trainer.loaders.test_loader() is trainer.loaders.test_loader()
     plain = build_trainer(validate(tiny_cfg()), work_dir=str(tmp_path / "plain")).loaders
     assert plain.train_loader(1) is not plain.train_loader(2)

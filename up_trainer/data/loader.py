@@ -13,6 +13,7 @@ import atexit
 import math
 import multiprocessing
 import signal
+import sys
 import weakref
 
 import torch
@@ -287,6 +288,11 @@ class LoaderFactory:
                       transport=self.cfg.get("worker_transport", "ring"))
         if self.cfg.get("prefetch_factor") is not None:
             kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
+        if nw and sys.platform.startswith("linux"):
+            # Workers inherit what the main process set up before they start (the image cache's
+            # arena, the batch ring, the decoder limits): fork, Linux's default until Python 3.14
+            # made it forkserver, which would pickle the data set into each worker instead.
+            kwargs["multiprocessing_context"] = "fork"
         return kwargs
 
     def _keep(self, loader):
