@@ -83,6 +83,37 @@ def test_sampler_deterministic_by_seed_and_epoch_and_resumable_per_rank():
 
 
 # -- multi-process runs --------------------------------------------------------------------------
+def test_a_finished_runs_garbage_is_collected_before_the_group_is_left(monkeypatch):
+    """The trainer ends in reference cycles holding the DDP reducer and its process group; left
+    to the interpreter's exit, their teardown could abort a gloo rank after a finished run."""
+    import gc
+    import weakref
+
+    import torch.distributed as torch_dist
+
+    from up_trainer.engine import distributed_launch
+
+    class Trainer:  # stands for the finished trainer: hooks <-> trainer
+        pass
+
+    refs, collected_at_destroy = [], []
+
+    def run():
+        trainer = Trainer()
+        trainer.hooks = [trainer]
+        refs.append(weakref.ref(trainer))
+        return {"top1": 1.0}
+
+    monkeypatch.setattr(distributed_launch, "init_group", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch_dist, "destroy_process_group", lambda: collected_at_destroy.append(refs[0]() is None))
+    gc.disable()  # only the explicit collection may free the cycle
+    try:
+        assert distributed_launch.run_in_group(run, {}, timeout=1) == {"top1": 1.0}
+    finally:
+        gc.enable()
+    assert collected_at_destroy == [True]
+
+
 def dist_cfg(tmp_path, name, batch_size=8, **over):
     cfg = tiny_cfg(runtime={"seed": 3, "imports": ["dist_plugin"], "dist_timeout": TIMEOUT},
                    dataset={"train": {"type": "digits", "kwargs": {"split": "train", "subset": 128}},
