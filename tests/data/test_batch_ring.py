@@ -169,7 +169,7 @@ def test_a_workers_own_lease_never_frees_the_slot():
     assert not ring._free[0].acquire(block=False)
 
 
-def test_the_transport_is_a_config_key(tmp_path):
+def test_the_transport_is_a_config_key():
     from up_trainer.config.schema import SCHEMAS
 
     assert SCHEMAS["dataset"]["worker_transport"].default == "ring"
