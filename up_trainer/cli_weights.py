@@ -41,8 +41,8 @@ def apply_pretrained(cfg, value):
     if text.lower() == "none":
         kwargs.update({k: None for k in keys})
     else:
-        entry = lookup(text, "--pretrained") if text not in ("imagenet", "coco") else None
-        backbone_weights = text == "imagenet" or (entry is not None and ".IMAGENET" in entry.name)
+        entry = lookup(text, "--pretrained") if text.lower() not in ("imagenet", "coco") else None
+        backbone_weights = text.lower() == "imagenet" or (entry is not None and ".IMAGENET" in entry.name)
         kwargs[keys[0] if backbone_weights else keys[-1]] = text
     return {**cfg, "net": {**net, "kwargs": kwargs}}
 

@@ -24,7 +24,7 @@ def weights_path(value, key, imagenet=None, coco=None):
     text = str(value).strip()
     if text.lower() in OFF:
         return None
-    entry = by_alias(text, key, imagenet, coco) if text in ALIASES else lookup(text, key)
+    entry = by_alias(text.lower(), key, imagenet, coco) if text.lower() in ALIASES else lookup(text, key)
     if entry is None:
         return value  # a local file: loaded as before, by weights.load_weights
     return local_file(entry, key)

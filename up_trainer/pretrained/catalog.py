@@ -126,9 +126,16 @@ def lookup(name, key=None):
     return None
 
 
-def coco_detector(kind, backbone):
+# torchvision's COCO Faster R-CNN on ResNet-50 feeds all four stages to its FPN (ours: 2-4 by default)
+COCO_STAGES = {("faster_rcnn", "resnet50"): [1, 2, 3, 4]}
+
+
+def coco_detector(kind, backbone, returned_layers=None):
     """The torchvision COCO weights name of our ``kind`` on ``backbone``, or why there is none."""
     name = COCO_DETECTORS.get((kind, backbone))
+    stages = COCO_STAGES.get((kind, backbone))
+    if name and stages and list(returned_layers or ()) != stages:
+        return f"torchvision's COCO {kind} on {backbone} has an FPN over stages {stages}: set returned_layers: {stages}"
     if name:
         return name
     fits = [b for k, b in COCO_DETECTORS if k == kind]

@@ -236,7 +236,7 @@ def build_detector(kind, num_classes, backbone="resnet50", returned_layers=None,
     if kind == "ssdlite":
         model = _build_ssdlite(backbone, n_out, min_size, trainable_layers, frozen_bn, common, extra, SSD,
                                DefaultBoxGenerator)
-        _load(model, kind, backbone, pretrained, pretrained_backbone)
+        _load(model, kind, backbone, pretrained, pretrained_backbone, None)
         return model
     default_extra = {"faster_rcnn": "maxpool"}.get(kind, "p6p7")
     body, fpn, ch = build_fpn_backbone(backbone, returned_layers, fpn_channels, fpn_extra or default_extra,
@@ -277,7 +277,7 @@ def build_detector(kind, num_classes, backbone="resnet50", returned_layers=None,
     else:
         det.head = _Proxy(model, ["head"])
     model.strides = strides
-    _load(model, kind, backbone, pretrained, pretrained_backbone)
+    _load(model, kind, backbone, pretrained, pretrained_backbone, returned_layers)
     return model
 
 
@@ -310,7 +310,7 @@ def _build_ssdlite(backbone, n_out, size, trainable_layers, frozen_bn, common, e
     return model
 
 
-def _load(model, kind, backbone, pretrained, pretrained_backbone):
+def _load(model, kind, backbone, pretrained, pretrained_backbone, returned_layers):
     """Weights by name or file (:func:`up_trainer.pretrained.weights_path`): the backbone's first,
     then the whole detector's over them."""
     from ...pretrained import weights_path
@@ -321,7 +321,7 @@ def _load(model, kind, backbone, pretrained, pretrained_backbone):
         "pretrained: coco loads torchvision's whole SSDlite" \
         if kind == "ssdlite" else backbone
     pretrained_backbone = weights_path(pretrained_backbone, "pretrained_backbone", imagenet=imagenet)
-    pretrained = weights_path(pretrained, "pretrained", coco=coco_detector(kind, backbone))
+    pretrained = weights_path(pretrained, "pretrained", coco=coco_detector(kind, backbone, returned_layers))
     if pretrained_backbone:
         model.load_pretrained(pretrained_backbone, backbone_only=True)
     if pretrained:
