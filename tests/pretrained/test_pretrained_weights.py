@@ -122,3 +122,20 @@ def test_names_that_mean_nothing_here_are_one_line(value, kwargs, fragment, no_n
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
         weights_path(value, "pretrained", **kwargs)
     assert no_network == []
+
+
+def test_up_train_pretrained_finds_the_placed_file(placed_resnet18, tmp_path, no_network):
+    """The command line end to end: --pretrained names the weights, the run loads the placed file."""
+    import yaml
+
+    from conftest import invoke, tiny_cfg
+
+    path, _ = placed_resnet18
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_cfg()))
+    work = tmp_path / "work"
+    res = invoke(["train", "--config", cfg, "--work-dir", work, "--dry-run", "--pretrained", "imagenet"])
+    assert res.exit_code == 0, res.stderr
+    log = (work / "train.log").read_text()
+    assert f"pretrained {path}: loaded" in log, log
+    assert no_network == []
