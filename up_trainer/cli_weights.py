@@ -78,8 +78,8 @@ def weights_list(urls):
 
 def _size(entry):
     if os.path.isfile(entry.cache_path):
-        return f"{os.path.getsize(entry.cache_path) / 1e6:.1f} MB"
-    return f"{entry.size_mb:.1f} MB" if entry.size_mb is not None else "unpublished"
+        return f"{os.path.getsize(entry.cache_path) / 2**20:.1f} MiB"
+    return f"{entry.size_mb:.1f} MiB" if entry.size_mb is not None else "unpublished"
 
 
 @weights_group.command("fetch")

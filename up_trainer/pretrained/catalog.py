@@ -40,7 +40,7 @@ _TORCHVISION_NAME = re.compile(r"^\w+_Weights\.\w+$")
 @dataclass(frozen=True)
 class WeightsFile:
     """One published file. ``sha256_prefix``: the digits its name carries (None: unpublished);
-    ``size_mb``: the published size in MB (None: unpublished)."""
+    ``size_mb``: the published size in MiB, torchvision's ``_file_size`` (None: unpublished)."""
 
     name: str
     url: str

@@ -90,5 +90,7 @@ class RetinaPlusModel(nn.Module):
         own = self.state_dict()
         if backbone_only:
             state = under_backbone(state, own)
-        scope = [k for k in own if k.startswith("backbone.")] if backbone_only else None
+        # BatchNorm's batch counter is no weight (torchvision's ImageNet files predate it)
+        scope = [k for k in own if k.startswith("backbone.") and not k.endswith(".num_batches_tracked")] \
+            if backbone_only else None
         return load_fitting(self, state, f"pretrained {path}", scope=scope)
