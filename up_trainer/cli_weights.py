@@ -99,5 +99,6 @@ def weights_fetch(names):
     for entry in entries:
         present = os.path.isfile(entry.cache_path)
         path = local_file(entry)
-        click.echo(f"{entry.name}: {path} ({'already there, ' if present else ''}"
-                   f"{'sha256 prefix ' + entry.sha256_prefix + ' verified' if entry.sha256_prefix else 'zip CRCs verified; no hash is published'})")
+        checked = f"sha256 prefix {entry.sha256_prefix} verified" if entry.sha256_prefix else \
+            "zip CRC32s verified; no hash is published"
+        click.echo(f"{entry.name}: {path} ({'already there, ' if present else ''}{checked})")

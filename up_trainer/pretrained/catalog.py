@@ -47,7 +47,6 @@ class WeightsFile:
     use: str  # what it is for, as `up weights list` shows it
     sha256_prefix: Optional[str] = None
     size_mb: Optional[float] = None
-    yolox_size: Optional[str] = None  # a YOLOX release file: the model size it fits
 
     @property
     def file_name(self):
@@ -92,8 +91,7 @@ def _use_of(weights):
 
 
 def yolox_file(size):
-    return WeightsFile(f"yolox_{size}", f"{YOLOX_RELEASE}/yolox_{size}.pth", f"COCO yolox size {size}",
-                       yolox_size=size)
+    return WeightsFile(f"yolox_{size}", f"{YOLOX_RELEASE}/yolox_{size}.pth", f"COCO yolox size {size}")
 
 
 def imagenet_name(arch):
@@ -144,15 +142,17 @@ def coco_detector(kind, backbone, returned_layers=None):
 
 
 def by_alias(value, key, imagenet=None, coco=None):
-    """The WeightsFile ``imagenet`` / ``coco`` means here. Each of ``imagenet`` (the
-    architecture whose ImageNet weights are meant) and ``coco`` (the full name meant) may
-    instead be a sentence saying why there are none here, or None."""
-    meant = imagenet_name(imagenet) if value == "imagenet" and imagenet and " " not in imagenet else \
-        coco if value == "coco" and coco and " " not in coco else None
-    if meant is None:
-        why = imagenet if value == "imagenet" else coco
-        if value == "imagenet" and why and " " not in why:
-            why = f"torchvision has no ImageNet weights for {why}"
-        raise ConfigError(key, f"{value!r}: {why or f'no {value} weights fit here'}",
+    """The WeightsFile ``imagenet`` / ``coco`` means here: ``imagenet`` names the architecture
+    whose ImageNet weights are meant, ``coco`` the full name meant; either may instead be a
+    sentence saying why there are none here (refused with it), or None."""
+    meant = imagenet if value == "imagenet" else coco
+    if value == "imagenet" and meant and not _is_reason(meant):
+        meant = imagenet_name(meant) or f"torchvision has no ImageNet weights for {meant}"
+    if not meant or _is_reason(meant):
+        raise ConfigError(key, f"{value!r}: {meant or f'no {value} weights fit here'}",
                           "up weights list shows the names; a local file works too")
     return lookup(meant, key)
+
+
+def _is_reason(text):
+    return " " in text  # names have no spaces; the sentences saying why there is none do
