@@ -9,6 +9,7 @@ import click
 from .click_errors import OneLineErrorGroup
 from .cli_data import data_group
 from .cli_options import _ARGS, _collect_opts, _resolve, _tta, config_options, tta_options
+from .cli_weights import apply_pretrained, pretrained_option, weights_group
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 
 
@@ -36,15 +37,18 @@ def main():
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None, help="overrides runtime.device")
 @click.option("--dry-run", is_flag=True, help="build everything, run 2 training iterations and 2 evaluation "
                                                "batches, write nothing but the log")
+@pretrained_option
 @click.pass_context
 @run_safely
-def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device, dry_run):
+def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device, dry_run,
+          pretrained):
     """Train (or with -e, evaluate) the model a config describes."""
     from .run import run_train
 
     opts = _collect_opts(opts, ctx.args)
     config_files = []
     cfg = _resolve(config_path, opts, seed, config_files)
+    cfg = apply_pretrained(cfg, pretrained)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
               launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run,
               config_files=config_files)
@@ -272,6 +276,7 @@ def plot_cmd(run_dir, out):
 
 
 main.add_command(data_group)
+main.add_command(weights_group)
 
 
 def entry():

@@ -117,3 +117,13 @@ def match_prefixes(weights, own):
     if nested > direct:
         weights = {f"backbone.{k}": v for k, v in weights.items()}
     return weights
+
+
+def under_backbone(state, own):
+    """An ImageNet classifier's tensors named as a detector's ``backbone.`` holds them
+    (``conv1.weight`` -> ``backbone.conv1.weight``); a MobileNet's ``features.`` level is dropped
+    when the detector's body is those blocks themselves (whichever names fit more of ``own``)."""
+    state = {k if k.startswith("backbone.") else "backbone." + k: v for k, v in state.items()}
+    flat = {("backbone." + k[len("backbone.features."):] if k.startswith("backbone.features.") else k): v
+            for k, v in state.items()}
+    return flat if sum(k in own for k in flat) > sum(k in own for k in state) else state

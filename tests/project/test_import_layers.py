@@ -32,12 +32,12 @@ PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
     ["registry", "config", "exits", "paths"],
-    ["weights", "integrity", "render", "data", "memckpt", "writers", "plot"],
+    ["weights", "pretrained", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks", "tta"],
     ["engine", "distill"],
     ["hooks"],
     ["run", "predict", "flops", "export", "api"],
-    ["cli", "cli_options", "cli_data", "click_errors", "__main__"],
+    ["cli", "cli_options", "cli_data", "cli_weights", "click_errors", "__main__"],
 ]
 
 

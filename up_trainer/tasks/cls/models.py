@@ -2,8 +2,9 @@
 
 ``net: {type: resnet18, kwargs: {num_classes: 10, in_channels: 1, small_input: true}}``
 builds a :class:`ClassificationModel` whose only child is the torchvision network, named
-``backbone`` (hooks address modules by top-level name). Weights are never downloaded:
-``pretrained`` is a local file, loaded tolerantly.
+``backbone`` (hooks address modules by top-level name). ``pretrained`` is ``imagenet``
+(torchvision's DEFAULT weights of the architecture), a torchvision weights name or a local
+file (:mod:`up_trainer.pretrained`), loaded tolerantly.
 """
 import logging
 import math
@@ -161,6 +162,10 @@ class ClassificationModel(nn.Module):
         self.in_channels = in_channels
         self.label_smoothing = label_smoothing
         self.pretrained_report = None
+        from ...pretrained import weights_path
+
+        pretrained = weights_path(pretrained, "pretrained", imagenet=arch, coco="torchvision's COCO weights are "
+                                  "detectors'; a classifier takes imagenet")
         if pretrained:
             from ...errors import CheckpointError
 

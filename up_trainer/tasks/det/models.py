@@ -5,9 +5,11 @@ The result is a :class:`DetectionModel` whose top-level children are ``backbone`
 torchvision feature extractor), ``neck`` (the FPN; absent for ssdlite), ``head`` (the dense
 head; Faster R-CNN's roi_heads) and, for Faster R-CNN, ``rpn``. The torchvision detector
 reaches them through proxies that look them up by name at every call, so a hook may wrap or
-replace a top-level child (memory checkpointing) and the detector follows. Weights are never
-downloaded: ``pretrained`` (whole detector, torchvision or our key layout) and
-``pretrained_backbone`` (an ImageNet classifier file) are local paths, loaded tolerantly.
+replace a top-level child (memory checkpointing) and the detector follows. ``pretrained``
+(whole detector, torchvision or our key layout; ``coco``: torchvision's COCO weights where it
+publishes this architecture) and ``pretrained_backbone`` (an ImageNet classifier;
+``imagenet``: torchvision's for ``backbone``) take a name or a local file
+(:mod:`up_trainer.pretrained`), loaded tolerantly.
 """
 import logging
 from collections import OrderedDict
@@ -18,7 +20,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ...registry import MODELS
-from ...weights import load_fitting, load_weights
+from ...weights import load_fitting, load_weights, under_backbone
 
 log = logging.getLogger("up")
 BACKBONES = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_large")
@@ -192,10 +194,13 @@ class DetectionModel(nn.Module):
             for old, new in self._TV_PREFIXES:
                 if key.startswith(old):
                     key = new + key[len(old):]
-            if backbone_only and not key.startswith("backbone."):
-                key = "backbone." + key  # an ImageNet classifier: conv1.weight -> backbone.conv1.weight
             state[key] = value
-        scope = [k for k in self.state_dict() if k.startswith("backbone.")] if backbone_only else None
+        own = self.state_dict()
+        if backbone_only:  # an ImageNet classifier: conv1.weight -> backbone.conv1.weight
+            state = under_backbone(state, own)
+        # BatchNorm's batch counter is no weight (torchvision's ImageNet files predate it)
+        scope = [k for k in own if k.startswith("backbone.") and not k.endswith(".num_batches_tracked")] \
+            if backbone_only else None
         return load_fitting(self, state, f"pretrained {path}", scope=scope)
 
 
@@ -231,8 +236,10 @@ def build_detector(kind, num_classes, backbone="resnet50", returned_layers=None,
     extra[("box_" if kind == "faster_rcnn" else "") + "detections_per_img"] = detections_per_img
     ratios = tuple(float(r) for r in (aspect_ratios or ((1.0,) if kind == "fcos" else (0.5, 1.0, 2.0))))
     if kind == "ssdlite":
-        return _build_ssdlite(backbone, n_out, min_size, trainable_layers, frozen_bn, common, extra, SSD,
-                              DefaultBoxGenerator)
+        model = _build_ssdlite(backbone, n_out, min_size, trainable_layers, frozen_bn, common, extra, SSD,
+                               DefaultBoxGenerator)
+        _load(model, kind, backbone, pretrained, pretrained_backbone, None)
+        return model
     default_extra = {"faster_rcnn": "maxpool"}.get(kind, "p6p7")
     body, fpn, ch = build_fpn_backbone(backbone, returned_layers, fpn_channels, fpn_extra or default_extra,
                                        trainable_layers, frozen_bn)
@@ -272,7 +279,7 @@ def build_detector(kind, num_classes, backbone="resnet50", returned_layers=None,
     else:
         det.head = _Proxy(model, ["head"])
     model.strides = strides
-    _load(model, pretrained, pretrained_backbone)
+    _load(model, kind, backbone, pretrained, pretrained_backbone, returned_layers)
     return model
 
 
@@ -305,7 +312,18 @@ def _build_ssdlite(backbone, n_out, size, trainable_layers, frozen_bn, common, e
     return model
 
 
-def _load(model, pretrained, pretrained_backbone):
+def _load(model, kind, backbone, pretrained, pretrained_backbone, returned_layers):
+    """Weights by name or file (:func:`up_trainer.pretrained.weights_path`): the backbone's first,
+    then the whole detector's over them."""
+    from ...pretrained import weights_path
+    from ...pretrained.catalog import coco_detector
+
+    # SSDlite's extractor regroups MobileNet's blocks: an ImageNet classifier's names do not reach it
+    imagenet = "its MobileNet extractor regroups the classifier's blocks; " \
+        "pretrained: coco loads torchvision's whole SSDlite" \
+        if kind == "ssdlite" else backbone
+    pretrained_backbone = weights_path(pretrained_backbone, "pretrained_backbone", imagenet=imagenet)
+    pretrained = weights_path(pretrained, "pretrained", coco=coco_detector(kind, backbone, returned_layers))
     if pretrained_backbone:
         model.load_pretrained(pretrained_backbone, backbone_only=True)
     if pretrained:

@@ -87,6 +87,11 @@ def atss(num_classes: int, backbone: str = "resnet18", returned_layers: Optional
     model = RetinaPlusModel(body, fpn, head, criterion, post, strides,
                             [cell_anchors(s, ratios, scales) for s in strides],
                             image_mean=image_mean, image_std=image_std)
+    from ....pretrained import weights_path
+
+    pretrained_backbone = weights_path(pretrained_backbone, "pretrained_backbone", imagenet=backbone)
+    pretrained = weights_path(pretrained, "pretrained", coco="no COCO ATSS weights are published in a layout "
+                              "read here (a local file of ours or UP's: saver.pretrain_model)")
     if pretrained_backbone:
         model.load_pretrained(pretrained_backbone, backbone_only=True)
     if pretrained:

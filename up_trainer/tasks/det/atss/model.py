@@ -6,7 +6,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from ....weights import load_fitting, load_weights
+from ....weights import load_fitting, load_weights, under_backbone
 from ..box_ops import batch_images
 from .postprocess import flatten_outputs, grid_anchors
 
@@ -86,9 +86,11 @@ class RetinaPlusModel(nn.Module):
     def load_pretrained(self, path, backbone_only=False):
         """Load what fits from a local file (``module.`` prefixes dropped); report the rest.
         ``backbone_only``: an ImageNet classifier file, loaded under ``backbone.``."""
-        state = {}
-        for key, value in load_weights(path).items():
-            key = key[len("module."):] if key.startswith("module.") else key
-            state[("backbone." + key) if backbone_only else key] = value
-        scope = [k for k in self.state_dict() if k.startswith("backbone.")] if backbone_only else None
+        state = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in load_weights(path).items()}
+        own = self.state_dict()
+        if backbone_only:
+            state = under_backbone(state, own)
+        # BatchNorm's batch counter is no weight (torchvision's ImageNet files predate it)
+        scope = [k for k in own if k.startswith("backbone.") and not k.endswith(".num_batches_tracked")] \
+            if backbone_only else None
         return load_fitting(self, state, f"pretrained {path}", scope=scope)

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from ....errors import ConfigError
+from ....pretrained import weights_path
 from ....weights import load_fitting, load_weights
 from ..box_ops import batch_images
 from ..simota import SimOTAAssigner
@@ -11,6 +12,7 @@ from .backbone import CSPDarknet
 from .head import YoloXHead
 from .layers import BN_MOMENTUM, check_act
 from .losses import YoloxCriterion
+from .megvii_weights import from_megvii, is_megvii_layout
 from .neck import YoloxPAFPN
 from .postprocess import YoloxPostprocess, flatten_outputs
 
@@ -62,8 +64,11 @@ class YoloxModel(nn.Module):
         return result
 
     def load_pretrained(self, path):
-        """Load what fits from a local file (``module.`` prefixes dropped); report the rest."""
+        """Load what fits from a local file (``module.`` prefixes dropped; Megvii's layout
+        mapped, :mod:`.megvii_weights`); report the rest."""
         state = {(k[len("module."):] if k.startswith("module.") else k): v for k, v in load_weights(path).items()}
+        if is_megvii_layout(state):
+            state = from_megvii(state)
         return load_fitting(self, state, f"pretrained {path}")
 
 
@@ -101,6 +106,8 @@ def build_yolox(num_classes, size="s", depth=None, width=None, depthwise=None, a
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.momentum = float(bn_momentum)
+    pretrained = weights_path(pretrained, "pretrained", imagenet="YOLOX's CSPDarknet has no published ImageNet "
+                              "weights; coco is Megvii's release", coco=f"yolox_{size}")
     if pretrained:
         model.load_pretrained(pretrained)
     return model
