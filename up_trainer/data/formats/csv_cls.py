@@ -11,8 +11,9 @@ from ...errors import DataError
 log = logging.getLogger("up")
 
 
-def read_rows(csv_file, path_column="path", label_column="label"):
-    """[(path as written, label text, line number)] after checking the header."""
+def read_rows(csv_file, path_column="path", label_column="label", image_dir=None):
+    """[(path as written, label text, line number)] after checking the header; paths are
+    relative to ``image_dir`` (default: the CSV's folder)."""
     if not os.path.isfile(csv_file):
         raise DataError(f"csv file not found: {csv_file}")
     try:
@@ -41,17 +42,19 @@ def read_rows(csv_file, path_column="path", label_column="label"):
         raise DataError(f"{csv_file}: malformed CSV: {exc}") from None
     if not rows:
         raise DataError(f"{csv_file}: no rows after the header")
-    return without_repeats(rows, csv_file)
+    image_dir = os.path.dirname(os.path.abspath(csv_file)) if image_dir is None else image_dir
+    return without_repeats(rows, csv_file, image_dir)
 
 
-def without_repeats(rows, csv_file):
+def without_repeats(rows, csv_file, image_dir):
     """``rows`` with each image once. One image under two labels is refused (naming both
     lines: a single-label classifier cannot learn both, and the run would not say so); the
     same image and label listed again is dropped with a warning (it would be drawn twice as
-    often as the others)."""
+    often as the others). An image is its file: the real path, links followed, so a relative
+    and an absolute spelling (or a link) of one file are one image."""
     first, kept, repeats = {}, [], []
     for path, label, lineno in rows:
-        key = os.path.normpath(path)
+        key = os.path.realpath(os.path.join(image_dir, path))
         if key not in first:
             first[key] = (label, lineno)
             kept.append((path, label, lineno))
