@@ -224,3 +224,24 @@ def test_csv_and_voc_classes_are_checked_the_same_way(digits, tmp_path):
     result = invoke(["train", "--config", write_yaml(tmp_path / "v.yaml", det_cfg(entry)), "--work-dir",
                      tmp_path / "v"])
     assert_one_line(result, "dataset.train.kwargs.classes", "empty class name")
+
+
+def test_convert_maps_a_split_without_one_class_by_name(digits, tmp_path):
+    """VOC train and val lists, val without the first class: the YOLO output numbers val's
+    boxes as train's (it used to refuse the split for differing class lists)."""
+    coco, img_dir, _ = digits
+    root = write_voc(coco, img_dir, str(tmp_path / "voc"), "train")
+    ann = os.path.join(root, "Annotations")
+    first = sorted(set().union(*(names_in(os.path.join(ann, f)) for f in os.listdir(ann))))[0]
+    val_ids = sorted(f[:-4] for f in os.listdir(ann) if first not in names_in(os.path.join(ann, f)))
+    with open(os.path.join(root, "ImageSets", "Main", "val.txt"), "w") as f:
+        f.write("".join(i + "\n" for i in val_ids))
+    result = invoke(["data", "convert", "--from", "voc", "--input", root, "--to", "yolo", "--out", tmp_path / "y"])
+    assert result.exit_code == 0, result.stderr
+    import yaml
+
+    names = yaml.safe_load((tmp_path / "y" / "data.yaml").read_text())["names"]
+    for stem in val_ids:
+        label = tmp_path / "y" / "labels" / "val" / f"{stem}.txt"
+        written = sorted(names[int(line.split()[0])] for line in label.read_text().splitlines())
+        assert written == sorted(re.findall(r"<name>(.*?)</name>", open(os.path.join(ann, stem + ".xml")).read()))

@@ -113,12 +113,10 @@ def align(dataset, run, run_from, run_ids=None):
     own_ids = getattr(dataset, "file_cat_ids", None)
     mapping = label_mapping(own, list(run), used, where, run_from, own_ids,
                             run_ids if own_ids is not None else None)
-    if all(k == v for k, v in mapping.items()) and len(own) <= len(run):
-        note = "its classes are a prefix of the run's"
-    else:
-        note = "labels renumbered by class name"
     relabel(mapping, list(run), run_ids)
-    log.info("%s: mapped onto the %d classes of %s (%s)", where, len(run), run_from, note)
+    moved = sum(k != v for k, v in mapping.items())
+    log.info("%s: its %d classes mapped by name onto the %d classes of %s (%d renumbered, %d absent here)",
+             where, len(own), len(run), run_from, moved, len(run) - len(mapping))
 
 
 def recorded_classes(ckpt):

@@ -59,6 +59,10 @@ def parse_cvat(ann_file, img_dir):
     if not records:
         raise DataError(f"{ann_file}: no <image> elements")
     notes = [f"{rotated} rotated box(es) became their enclosing axis-aligned box"] if rotated else []
+    tracks = sum(1 for _ in doc.root.iter("track"))  # CVAT for video: frames, not <image> elements
+    if tracks:
+        notes.append(f"{tracks} <track> element(s) were skipped (video annotations: export as "
+                     "'CVAT for images 1.1')")
     return Parsed(records, classes=declared_labels(doc), classes_from=f"{ann_file}: <meta> <labels>",
                   notes=notes + count_note(skipped, "{n} <{kind}> element(s) have no box and were skipped"))
 
