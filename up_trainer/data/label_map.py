@@ -119,6 +119,30 @@ def align(dataset, run, run_from, run_ids=None):
              where, len(own), len(run), run_from, moved, len(run) - len(mapping))
 
 
+class LabelRows:
+    """``used_labels`` and ``relabel`` of a classification dataset keeping (path, label, ...)
+    rows in ``records`` or ``samples``, labels 0-based (None: an unlabeled image)."""
+
+    def _label_rows(self):
+        for attr in ("records", "samples"):
+            if isinstance(getattr(self, attr, None), list):
+                return attr
+        return None
+
+    def used_labels(self):
+        """Classes some sample is labelled with (None: labels held otherwise, not mappable)."""
+        attr = self._label_rows()
+        return {row[1] for row in getattr(self, attr) if isinstance(row[1], int)} if attr else None
+
+    def relabel(self, mapping, classes, run_ids=None):
+        """Label the samples with the run's ``classes``: {own label: run label}."""
+        attr = self._label_rows()
+        if attr is not None:
+            setattr(self, attr, [(row[0], mapping[row[1]], *row[2:]) if isinstance(row[1], int) else row
+                                 for row in getattr(self, attr)])
+        self.classes, self.num_classes = list(classes), len(classes)
+
+
 def recorded_classes(ckpt):
     """The class names a checkpoint records (None for older checkpoints and foreign files)."""
     names = ckpt.get("classes") if isinstance(ckpt, dict) else None

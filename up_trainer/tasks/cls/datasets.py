@@ -21,7 +21,7 @@ from torch.utils.data import Dataset, default_collate
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.cls_meta import check_one_label_per_image, parse_json_line, parse_text_line
-from ...data.label_map import check_names
+from ...data.label_map import LabelRows, check_names
 from ...errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger("up")
@@ -86,33 +86,13 @@ def collate_same_size(samples):
     return default_collate(samples)
 
 
-class ClsDatasetBase(FinalConversion, Dataset):
+class ClsDatasetBase(LabelRows, FinalConversion, Dataset):
     """Applies the transform and builds the sample dict; subclasses provide ``_load(index)``."""
 
     num_classes: int
     classes: list
     draft = None  # decode_draft: the least decoded size (readers.decode_file's draft), None: full size
     numbered_classes = False  # True: the labels are indices in the files, their names only numbers
-
-    # -- the run's label map (data/label_map.py): file datasets keep (path, label, ...) rows ---------
-    def _label_rows(self):
-        for attr in ("records", "samples"):
-            if isinstance(getattr(self, attr, None), list):
-                return attr
-        return None
-
-    def used_labels(self):
-        """Classes (0-based) some sample is labelled with (None: labels held otherwise)."""
-        attr = self._label_rows()
-        return {row[1] for row in getattr(self, attr) if isinstance(row[1], int)} if attr else None
-
-    def relabel(self, mapping, classes, run_ids=None):
-        """Label the samples with the run's ``classes``: {own label: run label}."""
-        attr = self._label_rows()
-        if attr is not None:
-            setattr(self, attr, [(row[0], mapping[row[1]], *row[2:]) if isinstance(row[1], int) else row
-                                 for row in getattr(self, attr)])
-        self.classes, self.num_classes = list(classes), len(classes)
 
     def __init__(self, transform):
         self.set_pipeline(transform)
