@@ -56,5 +56,8 @@ def test_align_relabels_and_one_label_map_takes_the_train_classes():
 
 def test_numbered_classes_take_the_widest_numbering():
     train, val = Records(["0", "1"], [0, 1], numbered=True), Records(["0", "1", "2"], [2], numbered=True)
-    assert one_label_map(train, [("dataset.test", val)]) == ["0", "1", "2"]
+    assert one_label_map(train, [("dataset.test", val)]) is None  # numbers: nothing to record and map by
     assert train.classes == ["0", "1", "2"] and val.labels == [2]
+    named = Records(["a", "b", "c"], [2])  # a named set beside numbered labels: linked by position only
+    assert one_label_map(Records(["1", "2"], [0], numbered=True), [("dataset.test", named)]) is None
+    assert named.labels == [2] and named.classes == ["a", "b", "c"]

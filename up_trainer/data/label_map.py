@@ -97,11 +97,13 @@ def label_mapping(own, run, used, where, run_from, own_ids=None, run_ids=None):
     return mapping
 
 
-def align(dataset, run, run_from, run_ids=None):
+def align(dataset, run, run_from, run_ids=None, run_numbered=False):
     """Make ``dataset`` label its records with the run's classes ``run`` (its ``relabel``
-    rewrites the records). Nothing happens when its classes are already the run's."""
+    rewrites the records). Nothing happens when its classes are already the run's, or when
+    one side's names are only label numbers (``run_numbered``, the set's ``numbered_classes``:
+    files of indices without names): positions are all that links such sets, as before."""
     own = list(getattr(dataset, "classes", None) or [])
-    if not own or own == list(run):
+    if not own or own == list(run) or bool(getattr(dataset, "numbered_classes", False)) != bool(run_numbered):
         return
     used_labels = getattr(dataset, "used_labels", None)
     used = used_labels() if used_labels is not None else None
@@ -170,21 +172,24 @@ def widest_numbering(train_set, run, others):
 
 def one_label_map(train_set, others):
     """Map every other set [(config path, dataset)] onto the train set's classes; returns the
-    run's class names (the train set's, else the first other set's; None when none has any)."""
+    run's class names to record (the train set's, else the first other set's; None when none
+    has names, only label numbers)."""
     if isinstance(getattr(train_set, "num_classes", None), list):  # UP's multi-head form: counts per head
         return None
     run = list(getattr(train_set, "classes", None) or []) if train_set is not None else []
-    if run and getattr(train_set, "numbered_classes", False):
+    numbered = bool(getattr(train_set, "numbered_classes", False))
+    if run and numbered:
         run = widest_numbering(train_set, run, others)
     if run:
         run_from = f"dataset.train ({source_of(train_set)})"
         for _, dataset in others:
             if dataset is not None and not isinstance(getattr(dataset, "num_classes", None), list):
-                align(dataset, run, run_from, file_ids(train_set))
-        return [str(c) for c in run]
+                align(dataset, run, run_from, file_ids(train_set), numbered)
+        return None if numbered else [str(c) for c in run]  # numbers name nothing to map by later
     for _, dataset in others:
         names = getattr(dataset, "classes", None) if dataset is not None else None
-        if names and not isinstance(getattr(dataset, "num_classes", None), list):
+        if names and not isinstance(getattr(dataset, "num_classes", None), list) \
+                and not getattr(dataset, "numbered_classes", False):
             return [str(c) for c in names]
     return None
 

@@ -162,8 +162,9 @@ def cross_split(datasets, summary, report):
             report.add("error", "class not in train", name, f"class(es) with {name} boxes but none in train: "
                        f"{', '.join(only[:10])}", len(only))
         try:  # as up train maps it: by class name (COCO: id and name) onto the train set's classes
-            align(ds, list(datasets["train"].classes), f"train ({source_of(datasets['train'])})",
-                  file_ids(datasets["train"]))
+            train_set = datasets["train"]
+            align(ds, list(train_set.classes), f"train ({source_of(train_set)})", file_ids(train_set),
+                  getattr(train_set, "numbered_classes", False))
         except DataError as exc:
             report.add("error", "label map", name, str(exc))
         shared = [(rec["file"], hashes[h]) for rec in ds.records if (h := file_hash(rec["file"])) in hashes]

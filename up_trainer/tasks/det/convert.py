@@ -168,7 +168,8 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
     names = datasets[first].classes
     for split, ds in datasets.items():  # one label map: every split by name onto the first's (data/label_map.py)
         try:
-            align(ds, names, f"split {first!r}", file_ids(datasets[first]))
+            align(ds, names, f"split {first!r}", file_ids(datasets[first]),
+                  getattr(datasets[first], "numbered_classes", False))
         except DataError as exc:
             raise DataError(f"{exc} (give --classes naming every class)") from None
     plan, planned = {}, []
