@@ -157,7 +157,8 @@ def test_csv_val_list_without_cat_scores_dog_as_dog(tmp_path):
                      run / "checkpoints" / "ckpt_latest.pth", "--input", tmp_path / "img" / "cat0.png",
                      "--out", out])
     assert result.exit_code == 0, result.stderr
-    assert "cat" in open(next(out.glob("*.json*"))).read()
+    record = json.loads((out / "predictions.jsonl").read_text().splitlines()[0])
+    assert (record["label"], record["class"]) == (1, "cat")
     # a val class the train set lacks: one line naming the class and the file
     (tmp_path / "odd.csv").write_text("path,label\nimg/dog0.png,fox\n")
     cfg = csv_cfg(tmp_path / "train.csv", tmp_path / "odd.csv")
