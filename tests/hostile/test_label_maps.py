@@ -159,6 +159,17 @@ def test_csv_val_list_without_cat_scores_dog_as_dog(tmp_path):
     assert result.exit_code == 0, result.stderr
     record = json.loads((out / "predictions.jsonl").read_text().splitlines()[0])
     assert (record["label"], record["class"]) == (1, "cat")
+    # so does an exported model: its record holds the class names
+    exported = str(tmp_path / "model.pt2")
+    result = invoke(["export", "--config", tmp_path / "cfg.yaml", "--checkpoint", run / "checkpoints" /
+                     "ckpt_latest.pth", "--format", "pt2", "--out", exported])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(open(exported + ".json").read())["classes"] == ["bird", "cat", "dog"]
+    result = invoke(["predict", "--config", tmp_path / "cfg.yaml", "--model", exported, "--input",
+                     tmp_path / "img" / "cat0.png", "--out", tmp_path / "pred_model"])
+    assert result.exit_code == 0, result.stderr
+    record = json.loads((tmp_path / "pred_model" / "predictions.jsonl").read_text().splitlines()[0])
+    assert (record["label"], record["class"]) == (1, "cat")
     # a val class the train set lacks: one line naming the class and the file
     (tmp_path / "odd.csv").write_text("path,label\nimg/dog0.png,fox\n")
     cfg = csv_cfg(tmp_path / "train.csv", tmp_path / "odd.csv")
