@@ -18,12 +18,12 @@ from typing import Optional
 import torch
 from torch.utils.data import Dataset
 
+from ...data.label_map import check_names
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.coco import coco_records
 from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
 from ...data.validation.up_jsonl import up_jsonl_records
-from ...data.label_map import check_names
 from ...errors import ConfigError, DataError
 from ...registry import DATASETS
 from ..transforms import build_transforms
@@ -92,6 +92,7 @@ class DetDataset(FinalConversion, Dataset):
 
     # -- the run's label map (data/label_map.py) ---------------------------------------------
     file_cat_ids = None  # category ids the annotation file gave its classes (COCO)
+    numbered_classes = False  # True: labels are indices in the file, their names only numbers (custom)
 
     def used_labels(self):
         """Positions (0-based) in ``classes`` that some record's box is labelled with."""

@@ -5,8 +5,11 @@ data/readers.py. Each record also keeps its parsed ``objects`` (with the format'
 for ``up data convert``.
 
 Classes: ``classes`` from the config (its order is the label order), else the names the
-files declare (YOLO's ``names``, CVAT's label list), else every name found, sorted. Either
-way they are logged once at start-up, with what was approximated (polygons as boxes, ...).
+files declare (YOLO's ``names``, CVAT's label list), else every name found, sorted; all
+through the one names check of data/label_map.py. A test split is then mapped onto the train
+split's classes by name there (engine/builder.py), so a split's own numbering never reaches
+the model. They are logged once at start-up, with what was approximated (polygons as boxes,
+rotated boxes enclosed, ...).
 """
 import logging
 import os
