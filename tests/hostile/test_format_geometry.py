@@ -146,3 +146,14 @@ def test_csv_one_image_under_two_spellings_is_one_image(tmp_path):
         result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "r"])
         assert_one_line(result, fragment)
     shutil.rmtree(tmp_path / "imgs")
+
+
+def test_csv_list_not_utf8_names_file_and_line(tmp_path):
+    from up_trainer.data.formats.csv_cls import read_rows
+    from up_trainer.errors import DataError
+
+    (tmp_path / "list.csv").write_bytes(b"path,label\na.png,x\nb.png,\xe9t\xe9\n")
+    with pytest.raises(DataError, match=r"list.csv:3: not UTF-8 text \(byte 0xe9\)"):
+        read_rows(str(tmp_path / "list.csv"))
+    (tmp_path / "bom.csv").write_bytes("\ufeffpath,label\na.png,été\n".encode())  # a byte order mark is fine
+    assert read_rows(str(tmp_path / "bom.csv")) == [("a.png", "été", 2)]

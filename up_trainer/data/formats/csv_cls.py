@@ -3,6 +3,7 @@
 holds a tab, else a comma. Labels are class names or integer class indices (0-based), not
 a mix. Paths are relative to ``image_dir`` (default: the CSV's folder)."""
 import csv
+import io
 import logging
 import os
 
@@ -11,13 +12,26 @@ from ...errors import DataError
 log = logging.getLogger("up")
 
 
+def utf8_text(path):
+    """The file's text (UTF-8, a byte order mark dropped); other bytes are refused naming the
+    file and the line, as every annotation reader names them."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); save the file as UTF-8") \
+            from None
+
+
 def read_rows(csv_file, path_column="path", label_column="label", image_dir=None):
     """[(path as written, label text, line number)] after checking the header; paths are
     relative to ``image_dir`` (default: the CSV's folder)."""
     if not os.path.isfile(csv_file):
         raise DataError(f"csv file not found: {csv_file}")
     try:
-        with open(csv_file, encoding="utf-8-sig", newline="") as f:
+        with io.StringIO(utf8_text(csv_file), newline="") as f:
             first = f.readline()
             f.seek(0)
             tab = csv_file.lower().endswith((".tsv", ".tab")) or "\t" in first
@@ -38,7 +52,7 @@ def read_rows(csv_file, path_column="path", label_column="label", image_dir=None
                 if not path.strip() or not label.strip():
                     raise DataError(f"{csv_file}:{lineno}: empty {path_column if not path.strip() else label_column}")
                 rows.append((path.strip(), label.strip(), lineno))
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except csv.Error as exc:
         raise DataError(f"{csv_file}: malformed CSV: {exc}") from None
     if not rows:
         raise DataError(f"{csv_file}: no rows after the header")
