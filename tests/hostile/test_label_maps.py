@@ -257,3 +257,14 @@ def test_convert_maps_a_split_without_one_class_by_name(digits, tmp_path):
         label = tmp_path / "y" / "labels" / "val" / f"{stem}.txt"
         written = sorted(names[int(line.split()[0])] for line in label.read_text().splitlines())
         assert written == sorted(re.findall(r"<name>(.*?)</name>", open(os.path.join(ann, stem + ".xml")).read()))
+
+
+def test_coco_categories_under_one_name_are_refused(digits, tmp_path):
+    """Two category ids named alike: mapping by name could not tell them apart."""
+    coco, img_dir, _ = digits
+    twice = copy.deepcopy(coco)
+    twice["categories"][1]["name"] = twice["categories"][0]["name"] + " "
+    (tmp_path / "twice.json").write_text(json.dumps(twice))
+    cfg = det_cfg(coco_entry(tmp_path / "twice.json", img_dir))
+    result = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--work-dir", tmp_path / "run"])
+    assert_one_line(result, "twice.json: categories' names: [1]:", f"{coco['categories'][0]['name']!r} is listed twice")
