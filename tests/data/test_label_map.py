@@ -61,3 +61,19 @@ def test_numbered_classes_take_the_widest_numbering():
     named = Records(["a", "b", "c"], [2])  # a named set beside numbered labels: linked by position only
     assert one_label_map(Records(["1", "2"], [0], numbered=True), [("dataset.test", named)]) is None
     assert named.labels == [2] and named.classes == ["a", "b", "c"]
+
+
+def test_image_folder_val_without_one_class_folder_keeps_the_train_labels(tmp_path):
+    from PIL import Image
+
+    from up_trainer.tasks.cls.datasets import ImageFolderDataset
+
+    for split, names in (("train", "abc"), ("val", "bc")):
+        for name in names:
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("RGB", (4, 4)).save(tmp_path / split / name / "x.png")
+    train, val = ImageFolderDataset(str(tmp_path / "train")), ImageFolderDataset(str(tmp_path / "val"))
+    assert [label for _, label in val.samples] == [0, 1]  # its own numbering: b=0, c=1
+    assert one_label_map(train, [("dataset.test", val)]) == ["a", "b", "c"]
+    assert [label for _, label in val.samples] == [1, 2] and val.num_classes == 3
+    assert val[0]["label"] == 1
