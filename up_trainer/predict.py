@@ -48,6 +48,7 @@ def list_inputs(path):
 
 # -- model and data ------------------------------------------------------------------------------
 def load_model(cfg, checkpoint, device, use_ema=True):
+    from .data.label_map import recorded_classes
     from .engine.checkpoint import load_checkpoint
     from .weights import load_weights
     from .engine.checkpoint_fit import load_fitting_weights
@@ -56,6 +57,7 @@ def load_model(cfg, checkpoint, device, use_ema=True):
 
     import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
     model = build_model(cfg["net"])
+    ckpt = None
     try:
         ckpt = load_checkpoint(checkpoint)
         weights = ckpt["model"]
@@ -64,6 +66,7 @@ def load_model(cfg, checkpoint, device, use_ema=True):
     except CheckpointError:
         weights = load_weights(checkpoint)
     load_fitting_weights(model, weights, checkpoint)
+    model.recorded_classes = recorded_classes(ckpt)  # the label map it was trained on (None: older files)
     model = model.to(device).eval()
     fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
     if callable(fuse):
@@ -86,7 +89,7 @@ def test_dataset(cfg):
 
 
 def _class_names(ds, model):
-    names = getattr(ds, "classes", None)
+    names = getattr(model, "recorded_classes", None) or getattr(ds, "classes", None)
     if names:
         return list(names)
     n = getattr(model, "num_classes", 0)

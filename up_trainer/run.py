@@ -263,6 +263,7 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
     from .engine.builder import build_trainer, resolve_path
     from .engine.checkpoint import load_checkpoint
     from .engine.checkpoint_fit import load_fitting_weights
+    from .data.label_map import adopt_recorded, recorded_classes
     from .engine.hooks import HookList
     from .weights import load_weights
 
@@ -278,6 +279,7 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
         if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
             weights = ckpt["ema"]["model"]
             log.info("evaluating the EMA weights (--no-ema for the raw ones)")
+        adopt_recorded(trainer, recorded_classes(ckpt), f"the checkpoint {checkpoint}")  # its label map
     except CheckpointError:
         weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
     load_fitting_weights(trainer.module, weights, checkpoint)

@@ -7,6 +7,7 @@ import torch
 from ..config.redact import remember_secrets
 from ..data.model_input import normalize_on, set_normalize_on
 from ..data.readers import set_max_image_pixels
+from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
@@ -137,6 +138,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     if with_optim and train_set is not None:
         require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
     test_set = build_dataset(ds["test"], "dataset.test")
+    class_names = one_label_map(train_set, [("dataset.test", test_set)])  # every split on train's classes
     log_data_summary((("dataset.train", train_set), ("dataset.test", test_set)))
     evaluator = build_evaluator(cfg, test_set) if test_set is not None else None
     # before any loader: forked workers inherit the cache and share its one arena
@@ -169,6 +171,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
                       store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
     loaders.epochs = trainer.max_epoch if train_set is not None and with_optim else 1
+    trainer.class_names = class_names
     return trainer
 
 

@@ -131,6 +131,7 @@ def check_resumable(trainer, ckpt, path):
     """Everything a full resume loads, compared with the trainer before any of it is loaded."""
     _check_types(ckpt, path)
     check_weights(trainer.module, ckpt["model"], path)
+    check_class_names(trainer, ckpt, path)
     if trainer.optim is None:
         return
     if ckpt.get("optimizer") is None:
@@ -142,6 +143,18 @@ def check_resumable(trainer, ckpt, path):
     ema = ckpt.get("ema")
     if ema is not None and "model" in ema:  # loaded by the ema hook when it is enabled
         check_weights(trainer.module, ema["model"], path, what="EMA weights")
+
+
+def check_class_names(trainer, ckpt, path):
+    """The data's classes must be the ones the run trained on, in the same order: resuming
+    with the label map changed would go on training every box under another class."""
+    from ..data.label_map import recorded_classes, shown_names
+
+    saved, now = recorded_classes(ckpt), getattr(trainer, "class_names", None)
+    if saved is not None and now is not None and list(now) != saved:
+        raise CheckpointError(f"{path} was trained on the classes {shown_names(saved)}, the configured data has "
+                              f"{shown_names(list(now))}; resuming would mix two label maps (start a new run from "
+                              "its weights with saver.pretrain_model, or restore the data's classes)")
 
 
 def saved_position(ckpt):

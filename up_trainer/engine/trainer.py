@@ -54,6 +54,7 @@ class Trainer:
         self.run_dir = run_dir
         self.results_dir = results_dir
         self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
+        self.class_names = None  # the run's label map (data/label_map.py), recorded in every checkpoint
         self.state = TrainState()
         if optim is not None:  # training: a data set that fills no batch is refused here, at start-up
             check_epoch_len(loaders, cfg["dataset"], dist.world_size)
@@ -296,6 +297,7 @@ class Trainer:
             "rng": rng_state(),
             "metric_val": None,
             "config": redact(self.cfg),  # tokens and passwords stay out of checkpoint files
+            "classes": self.class_names,  # label k of the net is classes[k - 1] (detection) / classes[k]
         }
         self.hooks.call("before_save_checkpoint", self, ckpt)
         return ckpt

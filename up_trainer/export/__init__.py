@@ -152,6 +152,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
             record = _export_raw_heads(model, size, fmt, out, opset, dynamic_size)
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
                   verified_batches=list(VERIFY_BATCHES))
+    record["classes"] = getattr(model, "recorded_classes", None)  # the label map trained on (None: unknown)
     with open(out + ".json", "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
     error = record["max_error"]

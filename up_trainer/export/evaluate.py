@@ -49,7 +49,12 @@ def evaluation_trainer(cfg, work_dir=None):
 
 def evaluate_exported(cfg, model, trainer=None, work_dir=None):
     """Metrics of ``model`` (an ExportedModel, or any module) on the config's test split."""
+    from ..data.label_map import adopt_recorded
+
     trainer = trainer or evaluation_trainer(cfg, work_dir)
+    inner = getattr(model, "model", model)  # a test-time-augmentation wrapper holds the model
+    adopt_recorded(trainer, getattr(inner, "recorded_classes", None),
+                   f"the export record {getattr(inner, 'path', 'of the model')}.json")
     kept = trainer.model
     trainer.model = model
     try:

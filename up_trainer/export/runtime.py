@@ -19,6 +19,7 @@ import os
 
 import torch
 
+from ..data.label_map import recorded_classes
 from ..errors import ConfigError
 
 RUNTIME_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript"}
@@ -98,6 +99,7 @@ class ExportedModel:
         self.task, self.format = record["task"], record["format"]
         self.kind = record.get("kind")
         self.num_classes = record.get("num_classes")
+        self.recorded_classes = recorded_classes(record)  # the label map trained on (predict names classes by it)
         if self.format == "torchscript" and record.get("post_processing") == "included":
             self.form = "scripted"
         else:

@@ -4,7 +4,8 @@ Reads every annotation and every image's bytes (for the train/val identity hash)
 the pixels only with ``decode``, and reports per split: images and boxes per class, box sizes
 at the input size the config trains at, boxes outside or on the image border, degenerate and
 duplicate boxes, images listed twice, the same image in train and val, unreadable images,
-empty classes and classes present in val but not in train. Problems are ``error`` (the run
+empty classes and classes present in val but not in train, and whether val maps onto train's
+classes the way ``up train`` maps it (by name; COCO: by id and name). Problems are ``error`` (the run
 would be wrong: ``--strict`` exits 2 on them) or ``warning``.
 
 Bad records that the dataset would refuse (a box outside its image, an unknown class) are
@@ -18,6 +19,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..data.label_map import align, file_ids, source_of
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
 
@@ -159,6 +161,12 @@ def cross_split(datasets, summary, report):
         if only:
             report.add("error", "class not in train", name, f"class(es) with {name} boxes but none in train: "
                        f"{', '.join(only[:10])}", len(only))
+        try:  # as up train maps it: by class name (COCO: id and name) onto the train set's classes
+            train_set = datasets["train"]
+            align(ds, list(train_set.classes), f"train ({source_of(train_set)})", file_ids(train_set),
+                  getattr(train_set, "numbered_classes", False))
+        except DataError as exc:
+            report.add("error", "label map", name, str(exc))
         shared = [(rec["file"], hashes[h]) for rec in ds.records if (h := file_hash(rec["file"])) in hashes]
         if shared:
             report.add("error", "train/val overlap", name, f"{len(shared)} {name} image(s) have the same bytes as a "

@@ -36,10 +36,19 @@ class ImageRecord:
     embedded: Optional[str] = None  # LabelMe: a JSON file whose imageData holds the pixels
 
 
+def object_name(value, where):
+    """A class name as a file writes it, stripped; empty (or not text) is refused here, where
+    the file and line are known."""
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"{where}: empty class name {value!r}")
+    return value.strip()
+
+
 @dataclass
 class Parsed:
     records: list
     classes: Optional[list] = None   # the class names the files declare, in their order
+    classes_from: Optional[str] = None  # where they are declared (file and field), for messages
     notes: list = field(default_factory=list)  # approximations, reported once at start-up
 
 
@@ -122,8 +131,14 @@ def to_int(value, where, what="value"):
 
 
 # -- images -----------------------------------------------------------------------------------------
+EXIF_ORIENTATION = 0x0112
+TURNED = (5, 6, 7, 8)  # EXIF orientations that swap width and height
+
+
 def image_size(path, where):
-    """(width, height) from the file's header only: no pixel is decoded here."""
+    """(width, height) of the picture as decoding hands it on (data/readers.py applies the
+    EXIF orientation: a phone photo stored sideways comes out upright), from the file's header
+    only: no pixel is decoded here."""
     from PIL import Image, UnidentifiedImageError
 
     if not os.path.isfile(path):
@@ -131,11 +146,30 @@ def image_size(path, where):
     limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None  # the decode guard applies when read
     try:
         with Image.open(path) as img:
-            return img.width, img.height
+            turned = img.getexif().get(EXIF_ORIENTATION, 1) in TURNED
+            return (img.height, img.width) if turned else (img.width, img.height)
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{where}: cannot read image {path}: {exc}") from None
     finally:
         Image.MAX_IMAGE_PIXELS = limit
+
+
+def text_lines(path):
+    """(line number, text) of a UTF-8 text file; bytes that are not UTF-8 raise one DataError
+    naming the file and the line (a label file saved in another encoding)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors)
+        data = data[3:]
+    for lineno, raw in enumerate(data.splitlines(), 1):
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                            f"{exc.start + 1}); save the file as UTF-8") from None
 
 
 def require_file(path, where):

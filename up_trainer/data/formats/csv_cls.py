@@ -3,6 +3,7 @@
 holds a tab, else a comma. Labels are class names or integer class indices (0-based), not
 a mix. Paths are relative to ``image_dir`` (default: the CSV's folder)."""
 import csv
+import io
 import logging
 import os
 
@@ -11,12 +12,26 @@ from ...errors import DataError
 log = logging.getLogger("up")
 
 
-def read_rows(csv_file, path_column="path", label_column="label"):
-    """[(path as written, label text, line number)] after checking the header."""
+def utf8_text(path):
+    """The file's text (UTF-8, a byte order mark dropped); other bytes are refused naming the
+    file and the line, as every annotation reader names them."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); save the file as UTF-8") \
+            from None
+
+
+def read_rows(csv_file, path_column="path", label_column="label", image_dir=None):
+    """[(path as written, label text, line number)] after checking the header; paths are
+    relative to ``image_dir`` (default: the CSV's folder)."""
     if not os.path.isfile(csv_file):
         raise DataError(f"csv file not found: {csv_file}")
     try:
-        with open(csv_file, encoding="utf-8-sig", newline="") as f:
+        with io.StringIO(utf8_text(csv_file), newline="") as f:
             first = f.readline()
             f.seek(0)
             tab = csv_file.lower().endswith((".tsv", ".tab")) or "\t" in first
@@ -37,21 +52,23 @@ def read_rows(csv_file, path_column="path", label_column="label"):
                 if not path.strip() or not label.strip():
                     raise DataError(f"{csv_file}:{lineno}: empty {path_column if not path.strip() else label_column}")
                 rows.append((path.strip(), label.strip(), lineno))
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except csv.Error as exc:
         raise DataError(f"{csv_file}: malformed CSV: {exc}") from None
     if not rows:
         raise DataError(f"{csv_file}: no rows after the header")
-    return without_repeats(rows, csv_file)
+    image_dir = os.path.dirname(os.path.abspath(csv_file)) if image_dir is None else image_dir
+    return without_repeats(rows, csv_file, image_dir)
 
 
-def without_repeats(rows, csv_file):
+def without_repeats(rows, csv_file, image_dir):
     """``rows`` with each image once. One image under two labels is refused (naming both
     lines: a single-label classifier cannot learn both, and the run would not say so); the
     same image and label listed again is dropped with a warning (it would be drawn twice as
-    often as the others)."""
+    often as the others). An image is its file: the real path, links followed, so a relative
+    and an absolute spelling (or a link) of one file are one image."""
     first, kept, repeats = {}, [], []
     for path, label, lineno in rows:
-        key = os.path.normpath(path)
+        key = os.path.realpath(os.path.join(image_dir, path))
         if key not in first:
             first[key] = (label, lineno)
             kept.append((path, label, lineno))

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 
 from ...errors import DataError
-from .common import ImageRecord, Obj, Parsed, count_note, image_size, to_float, to_int
+from .common import ImageRecord, Obj, Parsed, count_note, image_size, object_name, to_float, to_int
 
 AS_BOX = ("rectangle", "polygon", "circle")
 
@@ -80,7 +80,8 @@ def parse_labelme(files, img_dir=None):
                 continue
             if kind != "rectangle":
                 approximated[kind] += 1
-            rec.objects.append(Obj(shape_box(shape, where), shape["label"], where, extra={"shape_type": kind}))
+            rec.objects.append(Obj(shape_box(shape, where), object_name(shape["label"], f"{where} label"), where,
+                                   extra={"shape_type": kind}))
         records.append(rec)
     notes = count_note(approximated, "{n} {kind} shape(s) became their bounding box")
     notes += count_note(skipped, "{n} {kind} shape(s) have no box and were skipped")

@@ -13,7 +13,8 @@ same rule). ``difficult`` objects become ignore regions unless kept; ``truncated
 import os
 
 from ...errors import DataError
-from .common import ImageRecord, Obj, Parsed, XmlDoc, image_size, require_dir, sorted_files, to_int
+from .common import (ImageRecord, Obj, Parsed, XmlDoc, image_size, require_dir, sorted_files, text_lines,
+                     to_int)
 
 FLAGS = ("truncated", "occluded", "difficult")
 
@@ -33,14 +34,13 @@ def voc_files(root=None, split=None, ann_dir=None, img_dir=None):
         if not os.path.isfile(listing):
             raise DataError(f"voc split {split!r}: list file not found: {listing}")
         files = []
-        with open(listing, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                image_id = line.split()[0] if line.split() else ""
-                if image_id:
-                    xml = os.path.join(ann_dir, image_id + ".xml")
-                    if not os.path.isfile(xml):
-                        raise DataError(f"{listing}:{lineno}: annotation file not found: {xml}")
-                    files.append(xml)
+        for lineno, line in text_lines(listing):
+            image_id = line.split()[0] if line.split() else ""
+            if image_id:
+                xml = os.path.join(ann_dir, image_id + ".xml")
+                if not os.path.isfile(xml):
+                    raise DataError(f"{listing}:{lineno}: annotation file not found: {xml}")
+                files.append(xml)
     else:
         files = sorted_files(ann_dir, (".xml",))
     if not files:

@@ -12,9 +12,10 @@ import os
 
 import yaml
 
-from ...errors import DataError
-from .common import (IMAGE_EXTENSIONS, ImageRecord, Obj, Parsed, image_size, require_dir, to_float,
-                     to_int)
+from ...errors import ConfigError, DataError
+from ..label_map import check_names
+from .common import (IMAGE_EXTENSIONS, ImageRecord, Obj, Parsed, image_size, require_dir, text_lines,
+                     to_float, to_int)
 
 SPLIT_KEYS = ("train", "val", "test")
 
@@ -36,16 +37,16 @@ def read_data_yaml(path):
     return root, splits, names_list(data.get("names"), f"{path}: names")
 
 
-def names_list(names, where):
-    """``names`` as a list indexed by class id (a mapping must cover 0..N-1)."""
-    if isinstance(names, list) and names:
-        return [str(n) for n in names]
+def names_list(names, where, key=None):
+    """``names`` as a list indexed by class id (a mapping must cover 0..N-1), through the one
+    names check (data/label_map.py): duplicates would merge two classes. ``key``: a config key
+    (``classes``) the error names instead of a file."""
     if isinstance(names, dict) and names:
-        ids = sorted(names)
-        if ids != list(range(len(ids))):
-            raise DataError(f"{where}: class ids must be 0..{len(ids) - 1}, got {ids[:8]}")
-        return [str(names[i]) for i in ids]
-    raise DataError(f"{where}: expected a non-empty list or {{id: name}} mapping, got {names!r}")
+        if set(names) != set(range(len(names))) or not all(type(i) is int for i in names):
+            message = f"class ids must be 0..{len(names) - 1}, got {sorted(map(str, names))[:8]}"
+            raise ConfigError(key, message) if key else DataError(f"{where}: {message}")
+        names = [names[i] for i in range(len(names))]
+    return check_names(names, where, key=key)
 
 
 def split_images(root, source, where):
@@ -61,10 +62,9 @@ def split_images(root, source, where):
                      if f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".")]
             images += sorted(found)
         elif os.path.isfile(path) and path.endswith(".txt"):
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():  # Ultralytics: relative to the list's root, './' or not
-                        images.append(os.path.normpath(os.path.join(root, line.strip())))
+            for _, line in text_lines(path):
+                if line.strip():  # Ultralytics: relative to the list's root, './' or not
+                    images.append(os.path.normpath(os.path.join(root, line.strip())))
         else:
             raise DataError(f"{where}: {item!r} is neither an image folder nor a .txt list ({path})")
     if not images:
@@ -82,29 +82,28 @@ def label_path(image):
 
 def parse_label_file(path, width, height, names):
     objects = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            where = f"{path}:{lineno}"
-            if len(fields) < 5 or (len(fields) > 5 and len(fields) % 2 == 0):
-                raise DataError(f"{where}: expected 'class cx cy w h' (or 'class x1 y1 x2 y2 ...'), "
-                                f"got {line.strip()!r}")
-            cls = to_int(fields[0], where, "class id")
-            if not 0 <= cls < len(names):
-                raise DataError(f"{where}: class id {cls} is out of range "
-                                f"(names has {len(names)}: 0..{len(names) - 1})")
-            values = [to_float(v, where) for v in fields[1:]]
-            extra = {}
-            if len(values) == 4:
-                cx, cy, w, h = values
-                box = [(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height]
-            else:
-                xs, ys = values[0::2], values[1::2]
-                box = [min(xs) * width, min(ys) * height, max(xs) * width, max(ys) * height]
-                extra["segment"] = True
-            objects.append(Obj(box, names[cls], where, extra=extra))
+    for lineno, line in text_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        where = f"{path}:{lineno}"
+        if len(fields) < 5 or (len(fields) > 5 and len(fields) % 2 == 0):
+            raise DataError(f"{where}: expected 'class cx cy w h' (or 'class x1 y1 x2 y2 ...'), "
+                            f"got {line.strip()!r}")
+        cls = to_int(fields[0], where, "class id")
+        if not 0 <= cls < len(names):
+            raise DataError(f"{where}: class id {cls} is out of range "
+                            f"(names has {len(names)}: 0..{len(names) - 1})")
+        values = [to_float(v, where) for v in fields[1:]]
+        extra = {}
+        if len(values) == 4:
+            cx, cy, w, h = values
+            box = [(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height]
+        else:
+            xs, ys = values[0::2], values[1::2]
+            box = [min(xs) * width, min(ys) * height, max(xs) * width, max(ys) * height]
+            extra["segment"] = True
+        objects.append(Obj(box, names[cls], where, extra=extra))
     return objects
 
 
@@ -129,11 +128,11 @@ def yolo_split(data=None, split="train", root=None, names=None):
         yroot, splits, ynames = read_data_yaml(data)
         if split not in splits:
             raise DataError(f"{data}: no {split!r} split (has: {', '.join(splits) or 'none'})")
-        names = names_list(names, "names") if names is not None else ynames
+        names = names_list(names, "classes", key="classes") if names is not None else ynames
         images = split_images(yroot, splits[split], f"{data}: {split}")
         return images, names, os.path.commonpath([os.path.dirname(i) for i in images])
     if root is None or names is None:
         raise DataError("yolo: give data (a data.yaml) or root and classes")
     folder = require_dir(os.path.join(root, "images", split), f"yolo split {split!r}")
     images = split_images(root, os.path.relpath(folder, root), f"yolo {root}: {split}")
-    return images, names_list(names, "classes"), folder
+    return images, names_list(names, "classes", key="classes"), folder

@@ -5,9 +5,10 @@ import logging
 import os
 from typing import Optional
 
-from ...data.formats.csv_cls import read_rows, resolve_labels
+from ...data.formats.csv_cls import is_int, read_rows, resolve_labels
+from ...data.label_map import check_names
 from ...data.readers import read_image
-from ...errors import ConfigError, DataError
+from ...errors import DataError
 from ...registry import DATASETS
 from .datasets import ClsDatasetBase, _check_color_mode, _transforms
 
@@ -24,12 +25,14 @@ class CsvClassification(ClsDatasetBase):
                  path_column: str = "path", label_column: str = "label", color_mode: str = "RGB",
                  transforms: Optional[list] = None, transformer: Optional[list] = None):
         _check_color_mode(color_mode)
-        if classes is not None and (not isinstance(classes, list) or not classes):
-            raise ConfigError("classes", f"expected a non-empty list of names, got {classes!r}")
+        classes = check_names(classes, "classes", key="classes") if classes is not None else None
         super().__init__(_transforms(transforms, transformer))
         self.csv_file, self.color_mode = csv_file, color_mode
         image_dir = os.path.dirname(os.path.abspath(csv_file)) if image_dir is None else image_dir
-        self.classes, rows = resolve_labels(read_rows(csv_file, path_column, label_column), classes, csv_file)
+        rows = read_rows(csv_file, path_column, label_column, image_dir)
+        # integer labels without names: indices, named by their numbers (data/label_map.py)
+        self.numbered_classes = classes is None and all(is_int(label) for _, label, _ in rows)
+        self.classes, rows = resolve_labels(rows, classes, csv_file)
         self.num_classes = len(self.classes)
         self.records = []
         for path, label, lineno in rows:

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, default_collate
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.cls_meta import check_one_label_per_image, parse_json_line, parse_text_line
+from ...data.label_map import LabelRows, check_names
 from ...errors import ConfigError, DataError, did_you_mean
 
 log = logging.getLogger("up")
@@ -85,12 +86,13 @@ def collate_same_size(samples):
     return default_collate(samples)
 
 
-class ClsDatasetBase(FinalConversion, Dataset):
+class ClsDatasetBase(LabelRows, FinalConversion, Dataset):
     """Applies the transform and builds the sample dict; subclasses provide ``_load(index)``."""
 
     num_classes: int
     classes: list
     draft = None  # decode_draft: the least decoded size (readers.decode_file's draft), None: full size
+    numbered_classes = False  # True: the labels are indices in the files, their names only numbers
 
     def __init__(self, transform):
         self.set_pipeline(transform)
@@ -353,6 +355,8 @@ class ClsMetaDataset(ClsDatasetBase):
         return source
 
     def _set_classes(self, classes, num_classes):
+        classes = check_names(classes, "classes", key="classes") if classes is not None else None
+        self.numbered_classes = classes is None  # the file's labels are indices: their names are numbers
         if classes is not None and num_classes is not None and len(classes) != num_classes:
             raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
         if classes is not None:

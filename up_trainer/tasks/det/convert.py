@@ -22,6 +22,7 @@ import shutil
 from collections import Counter
 
 from ...data.formats.common import Obj
+from ...data.label_map import align, file_ids
 from ...errors import ConfigError, DataError
 
 SOURCES = ("voc", "yolo", "labelme", "cvat", "coco")
@@ -163,10 +164,14 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
         raise DataError(f"--input: not found: {input_path}")
     sources = source_splits(src_fmt, input_path, images, list(splits))
     datasets = {split: read_split(src_fmt, kwargs, classes) for split, kwargs in sources.items()}
-    names = next(iter(datasets.values())).classes
-    for split, ds in datasets.items():
-        if ds.classes != names:
-            raise DataError(f"split {split!r} has classes {ds.classes} but the first split has {names}; give --classes")
+    first = next(iter(datasets))
+    names = datasets[first].classes
+    for split, ds in datasets.items():  # one label map: every split by name onto the first's (data/label_map.py)
+        try:
+            align(ds, names, f"split {first!r}", file_ids(datasets[first]),
+                  getattr(datasets[first], "numbered_classes", False))
+        except DataError as exc:
+            raise DataError(f"{exc} (give --classes naming every class)") from None
     plan, planned = {}, []
     for split, ds in datasets.items():
         taken = {}

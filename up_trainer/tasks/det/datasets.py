@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 from torch.utils.data import Dataset
 
+from ...data.label_map import check_names
 from ...data.model_input import FinalConversion
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.coco import coco_records
@@ -88,6 +89,26 @@ class DetDataset(FinalConversion, Dataset):
         mode = PIL_MODE[getattr(reader, "color_mode", "RGB")]
         return [(r["file"], mode, (r["height"], r["width"])) for r in self.records
                 if isinstance(r.get("file"), str) and not r.get("embedded")]
+
+    # -- the run's label map (data/label_map.py) ---------------------------------------------
+    file_cat_ids = None  # category ids the annotation file gave its classes (COCO)
+    numbered_classes = False  # True: labels are indices in the file, their names only numbers (custom)
+
+    def used_labels(self):
+        """Positions (0-based) in ``classes`` that some record's box is labelled with."""
+        return {label - 1 for r in self.records for label in r.get("labels", ())}
+
+    def relabel(self, mapping, classes, run_ids=None):
+        """Label the records with the run's ``classes``: {own position: run position}."""
+        from ...data.label_map import run_ids_for
+
+        for r in self.records:
+            if "labels" in r:
+                r["labels"] = [mapping[label - 1] + 1 for label in r["labels"]]
+        if self.file_cat_ids is not None:
+            self.file_cat_ids = run_ids_for(mapping, classes, self.cat_ids, run_ids)
+            return self.set_classes(classes, self.file_cat_ids)
+        self.set_classes(classes, run_ids)
 
     def set_classes(self, classes, cat_ids=None):
         self.classes, self.num_classes = list(classes), len(classes)
@@ -163,10 +184,17 @@ class DetDataset(FinalConversion, Dataset):
         if size != (record["height"], record["width"]):
             hint = ""
             if size == (record["width"], record["height"]):  # turned by 90 degrees: its EXIF orientation?
-                exif = getattr(getattr(self, "reader", None), "exif_transpose", True)
-                hint = (" (its EXIF orientation turns it; if the annotation describes the stored pixels, set "
-                        "exif_transpose: false)") if exif else (" (exif_transpose is false; if the annotation "
-                                                                  "describes the upright picture, set it to true)")
+                reader = getattr(self, "reader", None)  # only datasets with a reader have exif_transpose
+                exif = getattr(reader, "exif_transpose", True)
+                if reader is None:
+                    hint = (" (turned by 90 degrees: images are read upright, their EXIF orientation applied, "
+                            "so the annotation must describe the upright picture)")
+                elif exif:
+                    hint = (" (its EXIF orientation turns it; if the annotation describes the stored pixels, set "
+                            "exif_transpose: false)")
+                else:
+                    hint = (" (exif_transpose is false; if the annotation describes the upright picture, set it "
+                            "to true)")
             raise DataError(f"{record['source']}: image is {size} (h, w) but the "
                             f"annotation says ({record['height']}, {record['width']}){hint}")
 
@@ -253,7 +281,8 @@ class CocoDetection(DetDataset):
         data = read_json(ann_file, "coco ann_file")
         super().__init__(transforms, on_bad_record, [])
         coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
-        self.set_classes(coco.class_names, coco.cat_ids)
+        self.set_classes(check_names(coco.class_names, f"{ann_file}: categories' names"), coco.cat_ids)
+        self.file_cat_ids = list(coco.cat_ids)
         self.ann_file, self.img_dir = ann_file, self.reader.image_dir
         self.has_annotations = coco.has_annotations
         if not coco.has_annotations:
@@ -283,6 +312,7 @@ class CustomDetection(DetDataset):
         if not os.path.isfile(meta_file):
             raise DataError(f"custom meta_file not found: {meta_file}")
         self.reader = FileReader(image_dir, "RGB", exif_transpose=exif_transpose)
+        classes = check_names(classes, "classes", key="classes") if classes is not None else None
         if classes is not None and num_classes is not None and len(classes) != num_classes:
             raise ConfigError("classes", f"{len(classes)} names but num_classes is {num_classes}")
         limit = len(classes) if classes is not None else num_classes
@@ -298,6 +328,7 @@ class CustomDetection(DetDataset):
         if classes is None:
             n = num_classes or max((max(r["labels"], default=0) for r in records), default=0) or 1
             self.set_classes([str(i) for i in range(1, n + 1)])
+            self.numbered_classes = True  # labels are indices in the file: their names only numbers
         self.records = records
 
     def _image(self, record):

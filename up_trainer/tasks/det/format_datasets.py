@@ -5,8 +5,11 @@ data/readers.py. Each record also keeps its parsed ``objects`` (with the format'
 for ``up data convert``.
 
 Classes: ``classes`` from the config (its order is the label order), else the names the
-files declare (YOLO's ``names``, CVAT's label list), else every name found, sorted. Either
-way they are logged once at start-up, with what was approximated (polygons as boxes, ...).
+files declare (YOLO's ``names``, CVAT's label list), else every name found, sorted; all
+through the one names check of data/label_map.py. A test split is then mapped onto the train
+split's classes by name there (engine/builder.py), so a split's own numbering never reaches
+the model. They are logged once at start-up, with what was approximated (polygons as boxes,
+rotated boxes enclosed, ...).
 """
 import logging
 import os
@@ -15,7 +18,8 @@ from typing import Optional
 from ...data.formats import cvat, labelme, voc, yolo
 from ...data.formats.common import sorted_files
 from ...data.readers import read_image
-from ...errors import ConfigError, DataError
+from ...data.label_map import check_names
+from ...errors import DataError
 from ...registry import DATASETS
 from .datasets import DetDataset
 
@@ -45,14 +49,13 @@ class FormatDetection(DetDataset):
         self._log_summary("given" if classes is not None else "declared in the files" if parsed.classes is not None
                           else "collected from the files, sorted")
 
-    @staticmethod
-    def _class_names(parsed, classes):
+    def _class_names(self, parsed, classes):
+        """The set's class names (data/label_map.py's one names check), in label order; the run
+        maps every other split onto the train set's by name."""
         if classes is not None:
-            if not isinstance(classes, list) or not classes or len(set(map(str, classes))) != len(classes):
-                raise ConfigError("classes", f"expected a non-empty list of distinct names, got {classes!r}")
-            return [str(c) for c in classes]
+            return check_names(classes, "classes", key="classes")
         if parsed.classes is not None:
-            return list(parsed.classes)
+            return check_names(parsed.classes, parsed.classes_from or self.format_name)
         return sorted({obj.name for rec in parsed.records for obj in rec.objects}) or ["object"]
 
     def _record(self, rec, label_of, ignore_flagged):
