@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ...data.model_input import FinalConversion
+from ...data.packed_records import PackedIndex
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.coco import coco_records
 from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
@@ -52,7 +53,7 @@ class DetCollate:
                 "index": torch.tensor([s["index"] for s in samples], dtype=torch.int64), "meta": self.meta}
 
 
-class DetDataset(FinalConversion, Dataset):
+class DetDataset(PackedIndex, FinalConversion, Dataset):
     """Records -> samples. Subclasses fill ``self.records`` (dicts with image_id, height, width,
     boxes, labels, ignore, source) and implement ``_image(record)`` -> uint8 (or float [0, 1]) CxHxW."""
 
