@@ -58,3 +58,45 @@ def test_build_dataset_packs_the_records_and_gives_the_same_samples(tmp_path):
         assert torch.equal(a["target"]["boxes"], b["target"]["boxes"])
         assert torch.equal(a["target"]["labels"], b["target"]["labels"])
     assert built.aspect_ratios() == plain.aspect_ratios() and built.image_classes() == plain.image_classes()
+
+
+def test_coco_checked_at_once_gives_the_records_of_the_per_annotation_pass(tmp_path, monkeypatch):
+    """The whole-array pass (coco_fast) and the per-annotation pass build identical records,
+    crowd regions, clipped edge boxes, given and missing areas included."""
+    from up_trainer.data.validation import coco as coco_validation
+
+    data, img_dir, ann = digits_coco(str(tmp_path))["train"]
+    anns = data["annotations"]
+    anns[0]["iscrowd"] = 1
+    anns[1]["bbox"][0] = -0.5  # sticks out by rounding: clipped
+    anns[2].pop("area", None)
+    anns[3]["area"] = 0
+    anns[4]["ignore"] = True
+    path_of = lambda name: f"{img_dir}/{name}"  # noqa: E731
+    real, taken = coco_validation.fast_annotations, []
+    monkeypatch.setattr(coco_validation, "fast_annotations", lambda *a: taken.append(real(*a)) or taken[-1])
+    fast = coco_validation.coco_records(data, ann, _raise, path_of)
+    assert taken == [True]  # the whole-array pass took the file
+    monkeypatch.setattr(coco_validation, "fast_annotations", lambda *a: False)
+    slow = coco_validation.coco_records(data, ann, _raise, path_of)
+    assert fast.records == slow.records and any(r["ignore"] for r in fast.records)
+
+
+@pytest.mark.parametrize("change", [
+    lambda a: a.update(bbox=[1, 2, "3", 4]), lambda a: a.update(bbox=[1, 2, 3]), lambda a: a.update(iscrowd=2),
+    lambda a: a.update(category_id=999), lambda a: a.update(image_id=True), lambda a: a.update(area=float("nan")),
+    lambda a: a.update(bbox=[1, 2, 0, 4]), lambda a: a.update(bbox=[40, 2, 30, 4]), lambda a: a.pop("bbox")])
+def test_a_bad_annotation_leaves_the_file_to_the_pass_that_names_it(tmp_path, change):
+    from up_trainer.data.validation import coco as coco_validation
+    from up_trainer.errors import DataError
+
+    data, img_dir, ann = digits_coco(str(tmp_path))["train"]
+    change(data["annotations"][2])
+    with pytest.raises(DataError, match=r"annotations\[2\]"):
+        coco_validation.coco_records(data, ann, _raise, lambda name: f"{img_dir}/{name}")
+
+
+def _raise(message):
+    from up_trainer.errors import DataError
+
+    raise DataError(message)

@@ -16,6 +16,8 @@ The data sets read their files into plain lists and are packed once built for tr
 (:func:`up_trainer.engine.builder.build_dataset` calls :meth:`PackedIndex.pack_records`); tools
 that edit records as they go (``up data convert``, ``up data check``) keep the lists.
 """
+import contextlib
+import gc
 import operator
 import pickle
 from collections.abc import Sequence
@@ -71,3 +73,17 @@ class PackedIndex:
         read-only (each read returns a copy)."""
         if not isinstance(self.records, PackedRecords):
             self.records = PackedRecords(self.records)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while an index is read: reading a large JSON file
+    creates millions of containers, each allocation burst triggers a collection that walks all
+    of them again (a third of a COCO-sized load), and none of them is garbage."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ...data.model_input import FinalConversion
-from ...data.packed_records import PackedIndex
+from ...data.packed_records import PackedIndex, collector_paused
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.coco import coco_records
 from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
@@ -251,9 +251,11 @@ class CocoDetection(DetDataset):
         ann_file, transforms = up_spellings(ann_file, meta_file, transforms, transformer)
         self.reader = reader_of(image_reader, img_dir, exif_transpose)
         self.source = source  # UP: the data source's name; recorded only
-        data = read_json(ann_file, "coco ann_file")
         super().__init__(transforms, on_bad_record, [])
-        coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
+        with collector_paused():
+            data = read_json(ann_file, "coco ann_file")
+            coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
+            del data
         self.set_classes(coco.class_names, coco.cat_ids)
         self.ann_file, self.img_dir = ann_file, self.reader.image_dir
         self.has_annotations = coco.has_annotations
