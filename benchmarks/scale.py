@@ -91,21 +91,26 @@ def index_ours(ann, img_dir):
 
 
 def worker_memory(ann, img_dir, workers):
-    """Private MB of each worker after a whole pass (measured before the last batch is taken)."""
-    import torch
-    import up_trainer.tasks.det  # noqa: F401
+    """Private MB of each worker after a whole pass (measured before the last batch is taken),
+    through the loaders a run builds (the ATSS small-data recipe's dataset section on this file)."""
+    from up_trainer.config import resolve_config
+    from up_trainer.data.loader import LoaderFactory
     from up_trainer.engine.builder import build_dataset
 
-    ds = build_dataset({"type": "coco", "kwargs": {"ann_file": ann, "img_dir": img_dir}}, "dataset.train")
-    loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=workers, collate_fn=ds.collate_fn,
-                                         multiprocessing_context="fork")
+    recipe = os.path.join(os.path.dirname(__file__), "..", "configs", "det", "small_data_atss.yaml")
+    cfg = resolve_config(recipe, [f"dataset.train.kwargs.ann_file={ann}", f"dataset.train.kwargs.img_dir={img_dir}",
+                                  "dataset.train.kwargs.transforms=[]", f"dataset.num_workers={workers}",
+                                  "dataset.batch_size=64"])
+    ds = build_dataset(cfg["dataset"]["train"], "dataset.train")
+    loader = LoaderFactory(cfg["dataset"], ds, None, seed=0).train_loader(1)
     it = iter(loader)
     t = time.perf_counter()
     next(it)
-    first = [private_mb(w.pid) for w in it._workers]  # what a worker holds before it touched the index
+    workers_of = getattr(it, "_workers", None) or getattr(getattr(it, "_iterator", None), "_workers", [])
+    first = [private_mb(w.pid) for w in workers_of]  # what a worker holds before it touched the index
     for _ in range(len(loader) - 2):
         next(it)
-    private = [private_mb(w.pid) for w in it._workers]
+    private = [private_mb(w.pid) for w in workers_of]
     next(it)
     return {"workers": workers, "private_mb": [round(p, 1) for p in private],
             "growth_mb": [round(p - f, 1) for p, f in zip(private, first)], "pass_seconds": time.perf_counter() - t}
