@@ -184,7 +184,7 @@ def main():
     if "eval" in only:
         ref, ours = in_subprocess("eval_time", ann, img_dir, "pycocotools"), in_subprocess("eval_time", ann, img_dir, "auto")
         print(f"eval: {EVAL_IMAGES} images x 100 detections: pycocotools {ref['seconds']:.2f} s, up (auto backend) "
-              f"{ours['seconds']:.2f} s: {ours["seconds"] / ref["seconds"]:.3f}x (load {os.getloadavg()[0]:.1f})")
+              f"{ours['seconds']:.2f} s: {ours['seconds'] / ref['seconds']:.3f}x (load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":
