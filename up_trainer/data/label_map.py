@@ -16,6 +16,7 @@ stripped. Two classes with one name would merge silently.
 import logging
 
 from ..errors import ConfigError, DataError
+from .packed_records import PackedIndex, PackedRecords
 
 log = logging.getLogger("up")
 SHOWN = 10  # names quoted in a message
@@ -127,7 +128,7 @@ class LabelRows:
 
     def _label_rows(self):
         for attr in ("records", "samples"):
-            if isinstance(getattr(self, attr, None), list):
+            if isinstance(getattr(self, attr, None), (list, PackedRecords)):
                 return attr
         return None
 
@@ -140,8 +141,12 @@ class LabelRows:
         """Label the samples with the run's ``classes``: {own label: run label}."""
         attr = self._label_rows()
         if attr is not None:
-            setattr(self, attr, [(row[0], mapping[row[1]], *row[2:]) if isinstance(row[1], int) else row
-                                 for row in getattr(self, attr)])
+            rows = [(row[0], mapping[row[1]], *row[2:]) if isinstance(row[1], int) else row
+                    for row in getattr(self, attr)]
+            if isinstance(self, PackedIndex) and attr == "records":
+                self.replace_records(rows)
+            else:
+                setattr(self, attr, rows)
         self.classes, self.num_classes = list(classes), len(classes)
 
 

@@ -10,6 +10,7 @@ epoch reaches the seeding even inside worker processes that outlive an epoch
 (``dataset.persistent_workers``): with them one DataLoader serves every epoch.
 """
 import atexit
+import gc
 import math
 import multiprocessing
 import signal
@@ -158,12 +159,18 @@ class WorkerTrackingLoader(DataLoader):
         if masked:
             signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
+            if self.num_workers > 0:
+                # Objects that exist now move to the collector's permanent generation for the fork:
+                # a worker's collections would otherwise walk them all and write every page that
+                # holds one (copy-on-write), which ends with each worker owning a copy of the heap.
+                gc.freeze()
             iterator = super()._get_iterator()
             # the ring lives as long as the iterator whose workers write it (a second iterator
             # of the same loader gets a ring of its own)
             iterator._batch_ring = self._ring
             return iterator
         finally:
+            gc.unfreeze()  # the main process collects as before; its workers keep theirs frozen
             _WORKERS.update(set(multiprocessing.active_children()) - before)
             if masked:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)

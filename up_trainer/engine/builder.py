@@ -6,6 +6,7 @@ import torch
 
 from ..config.redact import remember_secrets
 from ..data.model_input import normalize_on, set_normalize_on
+from ..data.packed_records import PackedIndex
 from ..data.readers import set_max_image_pixels
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
@@ -48,6 +49,8 @@ def build_dataset(entry, path):
     from ..tasks.transforms import build_transforms  # noqa: F401  (registers transform names)
 
     dataset = DATASETS.build(entry, path)
+    if isinstance(dataset, PackedIndex):  # loader workers share the records instead of copying them
+        dataset.pack_records()
     if hasattr(dataset, "convert_in"):  # our datasets: where their model-input step runs (dataset.normalize_on)
         dataset.convert_in(normalize_on())
     return dataset

@@ -342,3 +342,9 @@ class Trainer:
         st = self.state
         where = "end of epoch" if st.epoch_done else f"epoch {st.epoch} batch {st.epoch_iter}/{st.epoch_len} of"
         log.info("resumed from %s at %s %d (iteration %d)", path, where, st.epoch, st.iter)
+        saved_world = len(ckpt.get("rng_ranks") or [None])
+        if saved_world != self.dist.world_size and not st.epoch_done:
+            log.warning("%s was saved inside epoch %d by %d process(es) and resumes on %d: the rest of the epoch "
+                        "is sharded anew, so some of its samples are seen twice or not at all; an end-of-epoch "
+                        "checkpoint (ckpt_e%d.pth) resumes exactly on any number of processes", path, st.epoch,
+                        saved_world, self.dist.world_size, st.epoch - 1)

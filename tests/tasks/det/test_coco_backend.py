@@ -66,3 +66,23 @@ def test_the_evaluator_gives_identical_metrics_with_either_backend():
 def test_unknown_backend_is_a_config_error():
     with pytest.raises(ConfigError, match="backend"):
         EVALUATORS.build({"type": "COCO", "kwargs": {"backend": "fast"}})
+
+
+@pytest.mark.parametrize("backend", ["pycocotools", "faster_coco_eval"])
+def test_results_built_for_boxes_evaluate_as_load_res_does(backend):
+    """box_results (no polygon per box) gives every summary value and the whole precision array
+    of the library's own loadRes."""
+    from up_trainer.tasks.det import coco_backend
+
+    gt, dets = _scene_case(seed=3)
+    ours, _ = run_bbox_eval(copy.deepcopy(gt), copy.deepcopy(dets), backend)
+    coco_cls, eval_cls = coco_backend._api(backend)
+    ref_gt = coco_cls()
+    ref_gt.dataset = copy.deepcopy(gt)
+    ref_gt.createIndex()
+    ref = eval_cls(ref_gt, ref_gt.loadRes(copy.deepcopy(dets)), "bbox")
+    ref.evaluate()
+    ref.accumulate()
+    ref.summarize()
+    assert np.array_equal(np.asarray(ours.stats), np.asarray(ref.stats))
+    assert np.array_equal(ours.eval["precision"], ref.eval["precision"])

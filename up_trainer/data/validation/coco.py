@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from ...errors import DataError
+from .coco_fast import fast_annotations
 from .common import (FirstSeen, box_problem, clipped, flag_problem, four_numbers, is_integer, is_number,
                      shown, size_problem)
 
@@ -48,7 +49,8 @@ def coco_records(data, path, bad, path_of):
     label_of = {c["id"]: i + 1 for i, c in enumerate(cats)}
     by_id, unusable = image_records(images, path, bad, path_of)
     dropped = set()
-    for k, ann in enumerate(annotations or []):
+    checked_at_once = fast_annotations(annotations or [], by_id, label_of)
+    for k, ann in enumerate([] if checked_at_once else annotations or []):
         named = isinstance(ann, dict) and "id" in ann
         where = f"{path}: annotations[{k}]" + (f" (id {str(ann['id'])[:40]})" if named else "")
         fields = annotation_fields(ann, where, bad)

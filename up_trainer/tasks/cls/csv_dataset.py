@@ -7,6 +7,7 @@ from typing import Optional
 
 from ...data.formats.csv_cls import is_int, read_rows, resolve_labels
 from ...data.label_map import check_names
+from ...data.packed_records import PackedIndex
 from ...data.readers import read_image
 from ...errors import DataError
 from ...registry import DATASETS
@@ -16,7 +17,7 @@ log = logging.getLogger("up")
 
 
 @DATASETS.register("csv")
-class CsvClassification(ClsDatasetBase):
+class CsvClassification(PackedIndex, ClsDatasetBase):
     """``csv_file`` with a header; ``path_column`` / ``label_column`` name its columns. Labels
     as names (classes: the ``classes`` given, in that order, else the sorted names) or as
     integer indices (into ``classes`` when given)."""

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, default_collate
 
 from ...data.model_input import FinalConversion
+from ...data.packed_records import PackedIndex
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.cls_meta import check_one_label_per_image, parse_json_line, parse_text_line
 from ...data.label_map import LabelRows, check_names
@@ -253,7 +254,7 @@ class ImageFolderDataset(ClsDatasetBase):
 
 # -- UP's cls meta files --------------------------------------------------------------------------
 @DATASETS.register("cls")
-class ClsMetaDataset(ClsDatasetBase):
+class ClsMetaDataset(PackedIndex, ClsDatasetBase):
     """UP's ``cls`` dataset: a meta file of ``relative/path label`` lines (meta_type imagenet)
     or of JSON records ``{"filename", "label"}`` (custom_cls; .json/.jsonl or lines starting
     with ``{``). Images are ``image_dir/filename``. UP's ``image_reader: {type: fs_pillow|fs_opencv,

@@ -55,9 +55,22 @@ def run_bbox_eval(gt_dict, dets, backend="pycocotools", max_dets=100):
         gt = coco_cls()
         gt.dataset = gt_dict
         gt.createIndex()
-        ev = eval_cls(gt, gt.loadRes(dets), "bbox")
+        ev = eval_cls(gt, box_results(gt, dets, coco_cls), "bbox")
         ev.params.maxDets = [1, 10, max_dets]
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
     return ev, buf.getvalue()
+
+
+def box_results(gt, dets, coco_cls):
+    """The detections as a result set of ``gt``: what ``gt.loadRes(dets)`` builds for boxes
+    (ids from 1, area w x h, iscrowd 0, set in place as loadRes does) without the polygon of
+    each box that it adds for mask evaluation, a fifth of an evaluation's time at 500k boxes."""
+    for i, det in enumerate(dets, 1):
+        bbox = det["bbox"]
+        det["area"], det["id"], det["iscrowd"] = bbox[2] * bbox[3], i, 0
+    res = coco_cls()
+    res.dataset = {"images": list(gt.dataset["images"]), "categories": gt.dataset["categories"], "annotations": dets}
+    res.createIndex()
+    return res

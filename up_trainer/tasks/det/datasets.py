@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 
 from ...data.label_map import check_names
 from ...data.model_input import FinalConversion
+from ...data.packed_records import PackedIndex, collector_paused
 from ...data.readers import PIL_MODE, FileReader, build_reader, read_image
 from ...data.validation.coco import coco_records
 from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
@@ -53,7 +54,7 @@ class DetCollate:
                 "index": torch.tensor([s["index"] for s in samples], dtype=torch.int64), "meta": self.meta}
 
 
-class DetDataset(FinalConversion, Dataset):
+class DetDataset(PackedIndex, FinalConversion, Dataset):
     """Records -> samples. Subclasses fill ``self.records`` (dicts with image_id, height, width,
     boxes, labels, ignore, source) and implement ``_image(record)`` -> uint8 (or float [0, 1]) CxHxW."""
 
@@ -102,9 +103,8 @@ class DetDataset(FinalConversion, Dataset):
         """Label the records with the run's ``classes``: {own position: run position}."""
         from ...data.label_map import run_ids_for
 
-        for r in self.records:
-            if "labels" in r:
-                r["labels"] = [mapping[label - 1] + 1 for label in r["labels"]]
+        self.replace_records([dict(r, labels=[mapping[label - 1] + 1 for label in r["labels"]]) if "labels" in r else r
+                              for r in self.records])
         if self.file_cat_ids is not None:
             self.file_cat_ids = run_ids_for(mapping, classes, self.cat_ids, run_ids)
             return self.set_classes(classes, self.file_cat_ids)
@@ -278,9 +278,11 @@ class CocoDetection(DetDataset):
         ann_file, transforms = up_spellings(ann_file, meta_file, transforms, transformer)
         self.reader = reader_of(image_reader, img_dir, exif_transpose)
         self.source = source  # UP: the data source's name; recorded only
-        data = read_json(ann_file, "coco ann_file")
         super().__init__(transforms, on_bad_record, [])
-        coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
+        with collector_paused():
+            data = read_json(ann_file, "coco ann_file")
+            coco = coco_records(data, ann_file, self.bad, self.reader.path_of)  # ids, keys, boxes: checked there
+            del data
         self.set_classes(check_names(coco.class_names, f"{ann_file}: categories' names"), coco.cat_ids)
         self.file_cat_ids = list(coco.cat_ids)
         self.ann_file, self.img_dir = ann_file, self.reader.image_dir

@@ -1,0 +1,191 @@
+"""COCO-sized data on one box: the data index against pycocotools, loader workers' private
+memory, and COCO evaluation at 5,000 images.
+
+    python benchmarks/scale.py --work /tmp/scale                  # everything (about 10 min on 2 cores)
+    python benchmarks/scale.py --work /tmp/scale --only index,eval
+
+``--work`` receives a generated, seeded instances file the size of COCO train2017 (118,287
+images, about 7.5 boxes each, 80 categories; ``--images`` to change) whose image files are
+links to eight small generated PNGs, so only the index is large. Each measurement runs in a
+fresh subprocess (peak memory is that process's own) and prints one line:
+
+- index: seconds and resident memory held (RSS after minus before) to build the ``coco`` data set of the file, against
+  pycocotools' ``COCO()`` of the same file in the same run, and their ratios;
+- workers: private memory (Private_Clean + Private_Dirty from /proc/PID/smaps_rollup) of each
+  DataLoader worker at the end of one whole pass over the data set, at 2 and 4 workers, and
+  how much of it grew over the pass (after its first batch to the end: the index's share);
+- eval: seconds of the bbox evaluation of 5,000 images x 100 detections through the
+  project's evaluation (faster-coco-eval when installed) against pycocotools' COCOeval.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+N_IMAGES = 118_287
+N_CLASSES = 80
+EVAL_IMAGES = 5_000
+
+
+def generate(work, n_images, seed=0):
+    """The instances file (and its image links) under ``work``; kept between runs."""
+    ann = os.path.join(work, f"instances_{n_images}.json")
+    img_dir = os.path.join(work, "images")
+    if os.path.exists(ann):
+        return ann, img_dir
+    import numpy as np
+    from PIL import Image
+
+    rng = random.Random(seed)
+    os.makedirs(os.path.join(work, "pool"), exist_ok=True)
+    os.makedirs(img_dir, exist_ok=True)
+    pool = []
+    for i in range(8):
+        path = os.path.join(work, "pool", f"{i}.png")
+        pixels = np.random.default_rng(i).integers(0, 255, (64, 80, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(path)
+        pool.append(path)
+    images, annotations = [], []
+    for i in range(1, n_images + 1):
+        name = f"{i:012d}.png"
+        link = os.path.join(img_dir, name)
+        if not os.path.lexists(link):
+            os.symlink(pool[i % len(pool)], link)
+        images.append({"id": i, "file_name": name, "width": 80, "height": 64})
+        for _ in range(rng.randint(1, 14)):
+            w, h = rng.uniform(2, 40), rng.uniform(2, 30)
+            x, y = rng.uniform(0, 80 - w), rng.uniform(0, 64 - h)
+            annotations.append({"id": len(annotations) + 1, "image_id": i, "category_id": rng.randint(1, N_CLASSES),
+                                "bbox": [round(x, 2), round(y, 2), round(w, 2), round(h, 2)],
+                                "area": round(w * h, 2), "iscrowd": 0})
+    categories = [{"id": c, "name": f"class{c}", "supercategory": "thing"} for c in range(1, N_CLASSES + 1)]
+    with open(ann, "w", encoding="utf-8") as f:
+        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
+    return ann, img_dir
+
+
+def rss_mb():
+    with open("/proc/self/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+# -- measurements, each in its own process --------------------------------------------------------
+def index_pycocotools(ann, img_dir):
+    from pycocotools.coco import COCO
+
+    base, t = rss_mb(), time.perf_counter()
+    coco = COCO(ann)
+    return {"seconds": time.perf_counter() - t, "held_mb": rss_mb() - base, "images": len(coco.imgs)}
+
+
+def index_ours(ann, img_dir):
+    import up_trainer.tasks.det  # noqa: F401  (registers the data sets)
+    from up_trainer.engine.builder import build_dataset
+
+    base, t = rss_mb(), time.perf_counter()
+    ds = build_dataset({"type": "coco", "kwargs": {"ann_file": ann, "img_dir": img_dir}}, "dataset.train")
+    return {"seconds": time.perf_counter() - t, "held_mb": rss_mb() - base, "images": len(ds)}
+
+
+def worker_memory(ann, img_dir, workers):
+    """Private MB of each worker after a whole pass (measured before the last batch is taken),
+    through the loaders a run builds (the ATSS small-data recipe's dataset section on this file)."""
+    from up_trainer.config import resolve_config
+    from up_trainer.data.loader import LoaderFactory
+    from up_trainer.engine.builder import build_dataset
+
+    recipe = os.path.join(os.path.dirname(__file__), "..", "configs", "det", "small_data_atss.yaml")
+    cfg = resolve_config(recipe, [f"dataset.train.kwargs.ann_file={ann}", f"dataset.train.kwargs.img_dir={img_dir}",
+                                  "dataset.train.kwargs.transforms=[]", f"dataset.num_workers={workers}",
+                                  "dataset.batch_size=64"])
+    ds = build_dataset(cfg["dataset"]["train"], "dataset.train")
+    loader = LoaderFactory(cfg["dataset"], ds, None, seed=0).train_loader(1)
+    it = iter(loader)
+    t = time.perf_counter()
+    next(it)
+    workers_of = getattr(it, "_workers", None) or getattr(getattr(it, "_iterator", None), "_workers", [])
+    first = [private_mb(w.pid) for w in workers_of]  # what a worker holds before it touched the index
+    for _ in range(len(loader) - 2):
+        next(it)
+    private = [private_mb(w.pid) for w in workers_of]
+    next(it)
+    return {"workers": workers, "private_mb": [round(p, 1) for p in private],
+            "growth_mb": [round(p - f, 1) for p, f in zip(private, first)], "pass_seconds": time.perf_counter() - t}
+
+
+def private_mb(pid):
+    with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty")) / 1024
+
+
+def eval_time(ann, img_dir, backend):
+    from up_trainer.tasks.det.coco_backend import resolve_backend, run_bbox_eval
+
+    with open(ann, encoding="utf-8") as f:
+        data = json.load(f)
+    keep = {img["id"] for img in data["images"][:EVAL_IMAGES]}
+    gt = {"images": [i for i in data["images"] if i["id"] in keep],
+          "annotations": [a for a in data["annotations"] if a["image_id"] in keep],
+          "categories": data["categories"]}
+    rng = random.Random(1)
+    dets = []
+    for image_id in sorted(keep):
+        for _ in range(100):
+            w, h = rng.uniform(2, 40), rng.uniform(2, 30)
+            dets.append({"image_id": image_id, "category_id": rng.randint(1, N_CLASSES), "score": rng.random(),
+                         "bbox": [rng.uniform(0, 80 - w), rng.uniform(0, 64 - h), w, h]})
+    t = time.perf_counter()
+    ev, _ = run_bbox_eval(gt, dets, backend=resolve_backend(backend))
+    return {"backend": backend, "seconds": time.perf_counter() - t, "detections": len(dets),
+            "AP": round(float(ev.stats[0]), 4)}
+
+
+def in_subprocess(name, *args):
+    cmd = [sys.executable, __file__, "--measure", name, "--args", json.dumps(args)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+MEASURES = {"index_pycocotools": index_pycocotools, "index_ours": index_ours, "worker_memory": worker_memory,
+            "eval_time": eval_time}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", default="/tmp/up_scale")
+    p.add_argument("--images", type=int, default=N_IMAGES)
+    p.add_argument("--only", default="index,workers,eval")
+    p.add_argument("--measure", help=argparse.SUPPRESS)
+    p.add_argument("--args", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.measure:
+        print(json.dumps(MEASURES[a.measure](*json.loads(a.args))))
+        return
+    os.makedirs(a.work, exist_ok=True)
+    t = time.perf_counter()
+    ann, img_dir = generate(a.work, a.images)
+    print(f"data: {a.images} images ({time.perf_counter() - t:.1f} s to generate or find), load {os.getloadavg()[0]:.1f}")
+    only = a.only.split(",")
+    if "index" in only:
+        ref, ours = in_subprocess("index_pycocotools", ann, img_dir), in_subprocess("index_ours", ann, img_dir)
+        print(f"index: pycocotools {ref['seconds']:.2f} s +{ref['held_mb']:.0f} MB; up {ours['seconds']:.2f} s "
+              f"+{ours['held_mb']:.0f} MB; ratio time {ours['seconds'] / ref['seconds']:.2f}x, "
+              f"memory {ours['held_mb'] / max(ref['held_mb'], 1):.2f}x (load {os.getloadavg()[0]:.1f})")
+    if "workers" in only:
+        for workers in (2, 4):
+            m = in_subprocess("worker_memory", ann, img_dir, workers)
+            print(f"workers: {workers} workers, private MB after a pass {m['private_mb']}, grown over it "
+                  f"{m['growth_mb']} "
+                  f"(pass {m['pass_seconds']:.0f} s, load {os.getloadavg()[0]:.1f})")
+    if "eval" in only:
+        ref, ours = in_subprocess("eval_time", ann, img_dir, "pycocotools"), in_subprocess("eval_time", ann, img_dir, "auto")
+        print(f"eval: {EVAL_IMAGES} images x 100 detections: pycocotools {ref['seconds']:.2f} s, up (auto backend) "
+              f"{ours['seconds']:.2f} s: {ours['seconds'] / ref['seconds']:.3f}x (load {os.getloadavg()[0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
