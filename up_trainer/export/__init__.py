@@ -297,7 +297,7 @@ def _export_scripted(model, size, out, samples, tolerance):
         loaded = ScriptedRunner(torch.jit.load(out))
         check, outcome = verify_detections(model, loaded, [size], VERIFY_BATCHES, samples, scripted_cuts(model),
                                            tolerance, crop=False)
-    return {"task": "det", "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
+    return {"task": "det", "num_classes": int(model.num_classes), "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
             "outputs": "one {boxes (xyxy, input pixels), scores, labels (1..C)} per image",
             "post_processing": "included", "max_error": outcome.max_error,
             "verified_detections": outcome.compared, "verification": check}

@@ -1,0 +1,50 @@
+"""Exported models and the files commands write: verification that compares real detections
+(never a false alarm at a cut, never "verified" over nothing), an exported model's class count
+checked like a checkpoint's, quiet pt2 loading, outputs compared with inputs by real path, and
+convert's writes planned before any is made."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from conftest import invoke
+from hostile_helpers import assert_one_line, tiny_cfg, write_yaml
+
+
+# -- an exported model's class count (--model) ----------------------------------------------------
+@pytest.fixture(scope="module")
+def three_class_onnx(tmp_path_factory):
+    """A test_mlp with 3 outputs exported to ONNX (its record says num_classes 3)."""
+    pytest.importorskip("onnxruntime")
+    from up_trainer.config import resolve_config
+    from up_trainer.tasks.net import build_model
+
+    work = tmp_path_factory.mktemp("three")
+    cfg = tiny_cfg(net={"type": "test_mlp", "kwargs": {"in_features": 64, "num_classes": 3}})
+    path = write_yaml(work / "three.yaml", cfg)
+    torch.save(build_model(resolve_config(path)["net"]).state_dict(), work / "w.pth")
+    res = invoke(["export", "--config", path, "--checkpoint", work / "w.pth", "--out", work / "m.onnx"])
+    assert res.exit_code == 0, res.stderr
+    assert json.load(open(work / "m.onnx.json"))["num_classes"] == 3
+    return work / "m.onnx"
+
+
+@pytest.mark.parametrize("classes", [10, 2], ids=["fewer-than-the-data", "more-than-the-config"])
+@pytest.mark.parametrize("command", ["eval", "predict"])
+def test_model_of_another_class_count_is_one_line(three_class_onnx, tmp_path, command, classes):
+    """3 classes exported; the config's net (and data) has 10, or 2: refused as --checkpoint refuses it."""
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(
+        net={"type": "test_mlp", "kwargs": {"in_features": 64, "num_classes": classes}},
+        saver={"save_dir": "checkpoints", "results_dir": str(tmp_path / "results")}))
+    args = [command, "--config", cfg, "--model", three_class_onnx]
+    if command == "predict":
+        os.makedirs(tmp_path / "in")
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "in" / "a.png")
+        args += ["--input", tmp_path / "in", "--out", tmp_path / "out"]
+    res = invoke([str(a) for a in args])
+    assert_one_line(res, f"m.onnx predicts 3 classes, the config's net {classes} (net.kwargs.num_classes)")
+    assert not os.path.exists(tmp_path / "out" / "predictions.jsonl")
