@@ -48,3 +48,22 @@ def test_model_of_another_class_count_is_one_line(three_class_onnx, tmp_path, co
     res = invoke([str(a) for a in args])
     assert_one_line(res, f"m.onnx predicts 3 classes, the config's net {classes} (net.kwargs.num_classes)")
     assert not os.path.exists(tmp_path / "out" / "predictions.jsonl")
+
+
+# -- pt2 loading is quiet ---------------------------------------------------------------------------
+@pytest.mark.parametrize("content", ["onnx", "checkpoint"])
+def test_a_pt2_file_torch_cannot_read_is_one_line(three_class_onnx, tmp_path, content):
+    """ONNX bytes (or a torch.save checkpoint, also a zip) named .pt2 beside a pt2 record: one line,
+    without the traceback torch.export logs before it raises."""
+    fake = tmp_path / "m.pt2"
+    if content == "onnx":
+        fake.write_bytes(three_class_onnx.read_bytes())
+    else:
+        torch.save({"model": {"w": torch.zeros(2)}}, fake)
+    record = json.load(open(str(three_class_onnx) + ".json"))
+    json.dump(dict(record, format="pt2", file=str(fake)), open(str(fake) + ".json", "w"))
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(net={"type": "test_mlp", "kwargs": {"num_classes": 3}},
+                                                     saver={"results_dir": str(tmp_path / "results")}))
+    res = invoke(["eval", "--config", cfg, "--model", str(fake)])
+    assert_one_line(res, f"--model: {fake}: ", "its bytes look like an ONNX file: name it .onnx" if content == "onnx"
+                    else "pt2 cannot load it")
