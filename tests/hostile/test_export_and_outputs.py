@@ -67,3 +67,29 @@ def test_a_pt2_file_torch_cannot_read_is_one_line(three_class_onnx, tmp_path, co
     res = invoke(["eval", "--config", cfg, "--model", str(fake)])
     assert_one_line(res, f"--model: {fake}: ", "its bytes look like an ONNX file: name it .onnx" if content == "onnx"
                     else "pt2 cannot load it")
+
+
+# -- outputs compared with inputs by real path, links followed --------------------------------------
+@pytest.mark.parametrize("layout", ["files", "links", "link-to-link"])
+def test_predict_out_among_its_inputs_is_refused_through_links(tmp_path, layout):
+    """--input D --out D: refused whether D holds the images, symlinks to them (what up data
+    convert writes by default) or links to links; nothing is written in D."""
+    src, folder = tmp_path / "src", tmp_path / "D"
+    src.mkdir()
+    folder.mkdir()
+    for name in ("a.png", "b.png"):
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(src / name)
+        if layout == "files":
+            (folder / name).write_bytes((src / name).read_bytes())
+        elif layout == "links":
+            os.symlink(src / name, folder / name)
+        else:
+            os.symlink(src / name, tmp_path / f"hop-{name}")
+            os.symlink(tmp_path / f"hop-{name}", folder / name)
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg())
+    torch.save({"w": torch.zeros(1)}, tmp_path / "w.pth")
+    before = sorted(os.listdir(folder))
+    res = invoke(["predict", "--config", cfg, "--checkpoint", str(tmp_path / "w.pth"), "--input", str(folder),
+                  "--out", str(folder)])
+    assert_one_line(res, f"--out: {folder} holds the input {folder / 'a.png'}", "give an output directory of its own")
+    assert sorted(os.listdir(folder)) == before
