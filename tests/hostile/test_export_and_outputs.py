@@ -93,3 +93,55 @@ def test_predict_out_among_its_inputs_is_refused_through_links(tmp_path, layout)
                   "--out", str(folder)])
     assert_one_line(res, f"--out: {folder} holds the input {folder / 'a.png'}", "give an output directory of its own")
     assert sorted(os.listdir(folder)) == before
+
+
+# -- convert plans every output name, then writes in a staging folder --------------------------------
+def coco_set(root, names):
+    """A COCO file over images ``names`` (16x16, one box each): root/src/ann.json, root/src/imgs/."""
+    root = root / "src"
+    (root / "imgs").mkdir(parents=True)
+    images, anns = [], []
+    for i, name in enumerate(names, 1):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(root / "imgs" / name)
+        images.append({"id": i, "file_name": name, "width": 16, "height": 16})
+        anns.append({"id": i, "image_id": i, "category_id": 1, "bbox": [2, 2, 8, 8], "area": 64, "iscrowd": 0})
+    ann = root / "ann.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns, "categories": [{"id": 1, "name": "box"}]}))
+    return ann
+
+
+@pytest.mark.parametrize("out_exists", [False, True], ids=["new-out", "empty-out"])
+def test_convert_refuses_two_images_on_one_label_name_before_writing(tmp_path, out_exists):
+    ann = coco_set(tmp_path, ["x.jpg", "x.png"])
+    out = tmp_path / "out"
+    if out_exists:
+        out.mkdir()
+    res = invoke(["data", "convert", "--from", "coco", "--to", "yolo", "--input", str(ann), "--images",
+                  str(tmp_path / "src" / "imgs"), "--out", str(out)])
+    assert_one_line(res, "x.png", "x.jpg", "would both be written as labels/train/x.txt")
+    assert (sorted(os.listdir(out)) == []) if out_exists else not os.path.lexists(out)
+    assert not [n for n in os.listdir(tmp_path) if "partial" in n]
+
+
+@pytest.mark.parametrize("out_exists", [False, True], ids=["new-out", "empty-out"])
+def test_convert_writes_its_whole_output_or_nothing(tmp_path, out_exists, monkeypatch):
+    ann = coco_set(tmp_path, ["a.png", "b.png"])
+    out = tmp_path / "out"
+    if out_exists:
+        out.mkdir()
+    args = ["data", "convert", "--from", "coco", "--to", "yolo", "--input", str(ann), "--images",
+            str(tmp_path / "src" / "imgs"), "--out", str(out)]
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:  # the last file fails: nothing of the others is left
+        m.setattr(yaml, "safe_dump", full_disk)
+        res = invoke(args)
+    assert res.exit_code != 0
+    assert (sorted(os.listdir(out)) == []) if out_exists else not os.path.lexists(out)
+    res = invoke(args)
+    assert res.exit_code == 0, res.stderr
+    files = sorted(os.path.relpath(os.path.join(r, f), out) for r, _, fs in os.walk(out) for f in fs)
+    assert files == ["data.yaml", "images/train/a.png", "images/train/b.png", "labels/train/a.txt",
+                     "labels/train/b.txt"], files
+    assert yaml.safe_load(open(out / "data.yaml"))["names"] == {0: "box"}
