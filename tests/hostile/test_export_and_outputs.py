@@ -145,3 +145,44 @@ def test_convert_writes_its_whole_output_or_nothing(tmp_path, out_exists, monkey
     assert files == ["data.yaml", "images/train/a.png", "images/train/b.png", "labels/train/a.txt",
                      "labels/train/b.txt"], files
     assert yaml.safe_load(open(out / "data.yaml"))["names"] == {0: "box"}
+
+
+# -- docs and behaviour agree -----------------------------------------------------------------------
+def test_load_config_converts_numpy_scalars_as_documented():
+    """docs/python_api.rst: numpy scalars in a mapping are converted (a value computed with numpy)."""
+    from up_trainer import load_config
+
+    cfg = tiny_cfg()
+    cfg["trainer"]["max_epoch"] = np.int64(2)
+    cfg["trainer"]["optimizer"]["kwargs"]["lr"] = np.float32(0.5)
+    cfg["dataset"]["test_batch_size"] = np.array(64)  # a 0-d array
+    cfg["runtime"]["deterministic"] = np.bool_(True)
+    got = load_config(cfg)
+    assert (got["trainer"]["max_epoch"], got["trainer"]["optimizer"]["kwargs"]["lr"],
+            got["dataset"]["test_batch_size"], got["runtime"]["deterministic"]) == (2, 0.5, 64, True)
+    assert [type(v) for v in (got["trainer"]["max_epoch"], got["runtime"]["deterministic"])] == [int, bool]
+
+
+def test_convert_errors_name_convert_options(tmp_path):
+    """convert's classes are --classes (not kwargs.classes); a bad record's way out is not a config
+    option convert does not have (on_bad_record)."""
+    ann = coco_set(tmp_path, ["a.png"])
+    data = json.loads(ann.read_text())
+    data["annotations"][0]["bbox"] = [2, 2, -3, 8]
+    ann.write_text(json.dumps(data))
+    res = invoke(["data", "convert", "--from", "coco", "--to", "yolo", "--input", str(ann), "--images",
+                  str(tmp_path / "src" / "imgs"), "--out", str(tmp_path / "out")])
+    assert_one_line(res, "non-positive size", "up data convert carries valid records only")
+    assert "on_bad_record" not in res.stderr
+    voc = tmp_path / "voc"
+    (voc / "Annotations").mkdir(parents=True)
+    (voc / "JPEGImages").mkdir()
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(voc / "JPEGImages" / "a.png")
+    (voc / "Annotations" / "a.xml").write_text(
+        "<annotation><filename>a.png</filename><size><width>16</width><height>16</height><depth>3</depth></size>"
+        "<object><name>cat</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>8</xmax><ymax>8</ymax></bndbox>"
+        "</object></annotation>")
+    res = invoke(["data", "convert", "--from", "voc", "--to", "yolo", "--input", str(voc), "--classes", "cat,cat",
+                  "--out", str(tmp_path / "out")])
+    assert_one_line(res, "up: error: --classes: ")
+    assert not os.path.lexists(tmp_path / "out")

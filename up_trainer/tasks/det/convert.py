@@ -75,7 +75,7 @@ def read_split(fmt, kwargs, classes):
     if fmt == "voc":
         kwargs = dict(kwargs, keep_difficult=False)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    ds = DATASETS.build({"type": fmt, "kwargs": kwargs})
+    ds = _build(DATASETS, fmt, kwargs)
     if fmt == "coco":  # coco records carry boxes, not parsed objects
         for rec in ds.records:
             rec["file_name"] = os.path.relpath(rec["file"], ds.img_dir or ".")
@@ -83,6 +83,26 @@ def read_split(fmt, kwargs, classes):
                               for b, label in zip(rec["boxes"], rec["labels"])]
             rec["objects"] += [Obj(b, None, rec["source"], ignore=True) for b in rec["ignore"]]
     return ds
+
+
+def _build(datasets, fmt, kwargs):
+    """The source dataset; its errors in convert's words: ``--classes`` for the classes the
+    dataset calls ``kwargs.classes``, and no config option (on_bad_record) as the way out of
+    a bad record: convert carries valid records only."""
+    from ..det.datasets import BAD_RECORD_HINT
+
+    try:
+        return datasets.build({"type": fmt, "kwargs": kwargs})
+    except ConfigError as exc:
+        if str(exc.path or "").split(".")[-1] == "classes":
+            raise ConfigError("--classes", exc.message, exc.hint) from None
+        raise
+    except DataError as exc:
+        text, tail = str(exc), f" ({BAD_RECORD_HINT})"
+        if text.endswith(tail):
+            raise DataError(text[: -len(tail)] + " (fix or remove that record: up data convert carries valid "
+                            "records only; up data check lists every such record)") from None
+        raise
 
 
 # -- where things go ----------------------------------------------------------------------------------
