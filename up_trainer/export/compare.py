@@ -130,7 +130,7 @@ def _explain(dets, r, other, other_rows, cuts, tolerance, pre_nms):
         if (int(other["labels"][q]) == int(dets["labels"][r])
                 and float(other["scores"][q]) >= s - tolerance * (1 + abs(s))
                 and _iou(other["boxes"][q], dets["boxes"][r]) > cuts.nms_thresh):
-            return "NMS"
+            return "NMS tie"
     return None
 
 
@@ -169,7 +169,7 @@ def describe(check):
     """``check`` (a record's ``verification``) in a few words, for the log line."""
     out = f"; {check['compared_detections']} detections compared on {check['images']}"
     if check.get("left_out"):
-        why = ", ".join(f"{n} at the {rule}" for rule, n in sorted(check["left_out_by"].items()))
+        why = ", ".join(f"{rule}: {n}" for rule, n in sorted(check["left_out_by"].items()))
         out += f", {check['left_out']} left out ({why})"
     if "model_score_thresh" in check:
         out += f", at score threshold {check['score_thresh']:g} (the model's {check['model_score_thresh']:g} " \
@@ -185,9 +185,14 @@ def require_compared(check, fmt, out):
         raise ExportMismatch(f"export verification failed: {fmt} detections differ from PyTorch {check['problem']} "
                              f"({out} kept for inspection)")
     if not check.get("compared_detections"):
-        tried = check.get("tried_score_thresh", [check["score_thresh"]])
-        hint = "" if len(tried) > 1 else ("; an end-to-end or TorchScript file has its threshold inside: "
-                                          "--form raw is verified at lower ones")
-        raise ExportMismatch(f"export verification compared no detections: the model detects nothing on "
-                             f"{check['images']} at score threshold {', '.join(f'{t:g}' for t in tried)}, so nothing "
-                             f"was verified ({out} kept for inspection{hint})")
+        thresh = f"score threshold {check['score_thresh']:g}"
+        if "model_score_thresh" in check:
+            thresh += f" (lowered from the model's {check['model_score_thresh']:g})"
+        found = "detects nothing"
+        if check.get("left_out"):  # every detection on one side or the other of a cut, none pairs
+            why = ", ".join(f"{rule}: {n}" for rule, n in sorted(check["left_out_by"].items()))
+            found = f"gives only detections at a cut, which may fall either way ({why})"
+        hint = "" if "model_score_thresh" in check else (
+            "; an end-to-end or TorchScript file has its threshold inside: --form raw is verified at lower ones")
+        raise ExportMismatch(f"export verification compared no detections: the model {found} on {check['images']} "
+                             f"at {thresh}, so nothing was verified ({out} kept for inspection{hint})")

@@ -140,34 +140,36 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dy
         record.update(dynamic_size=True, export_size=list(size[1:]), verified_sizes=[list(s[1:]) for s in sizes])
     spec = graph.select.spec if hasattr(graph, "select") else graph.spec
     crop = record["preprocess"]["type"] == "pad" and not dynamic  # the graph takes images up to its size
-    record["verification"], outcome = verify_detections(model, ExportedModel(out, record), sizes, verify_batches,
-                                                        samples, Cuts.from_spec(spec), tolerance, crop)
+    loaded = ExportedModel(out, record)
+    dense = graph if hasattr(graph, "levels") else getattr(graph, "dense", None)
+    record["verification"], outcome = verify_detections(model, loaded, sizes, verify_batches, samples,
+                                                        Cuts.from_spec(spec), tolerance, crop,
+                                                        pre_nms_cuts(dense, loaded) if dense is not None else None)
     record["max_error"], record["verified_detections"] = outcome.max_error, outcome.compared
     return record
 
 
-def verify_detections(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop):
+def verify_detections(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms=None):
     """Compare ``loaded`` (an :class:`.runtime.ExportedModel`) with ``model`` on ``samples`` (at
     the first size; random images at the others, or where there are no samples), lowering the
-    score threshold while nothing is detected (:mod:`.inputs`); the record's ``verification``."""
+    score threshold while nothing is detected (:mod:`.inputs`); returns the record's
+    ``verification`` and the :class:`.compare.Outcome`. ``pre_nms``: images -> per image the
+    scores where a pre-NMS top-k cuts (:func:`pre_nms_cuts`), or None."""
     from .inputs import lower_thresholds, lowered_record, threshold_holder
 
-    outcome = _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop)
+    outcome = _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms)
     first, holder, record = cuts.thresh, threshold_holder(model), loaded.record
-    tried = [first]
     for thresh in lower_thresholds(first) if outcome.compared == 0 and not outcome.problem else ():
         lowered = lowered_record(record, thresh)
         if holder is None or lowered is None:
-            break
+            break  # the threshold is inside the file
+        cuts = Cuts(thresh, cuts.detections, cuts.nms_thresh)
         old, holder.score_thresh, loaded.record = holder.score_thresh, thresh, lowered
-        tried.append(thresh)
         try:
-            outcome = _compare_on(model, loaded, sizes, verify_batches, samples,
-                                  Cuts(thresh, cuts.detections, cuts.nms_thresh), tolerance, crop)
+            outcome = _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms)
         finally:
             holder.score_thresh, loaded.record = old, record
         if outcome.compared or outcome.problem:
-            cuts = Cuts(thresh, cuts.detections, cuts.nms_thresh)
             break
     count = sum(verify_batches)
     result = {"images": (f"{min(count, len(samples))} of the val set (dataset.test)" if samples else
@@ -176,13 +178,35 @@ def verify_detections(model, loaded, sizes, verify_batches, samples, cuts, toler
               "compared_detections": outcome.compared, "left_out": outcome.left_out,
               "left_out_by": outcome.reasons, "score_thresh": cuts.thresh, "problem": outcome.problem}
     if cuts.thresh != first:
-        result["model_score_thresh"] = first
-    if not outcome.compared:
-        result["tried_score_thresh"] = tried
+        result["model_score_thresh"] = first  # it gave nothing to compare
     return result, outcome
 
 
-def _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop):
+def pre_nms_cuts(dense, loaded):
+    """images -> per image, the score of the last candidate each level's pre-NMS top-k keeps
+    (per class where the level ranks per class), from the PyTorch dense module on the batch the
+    exported file is given; None for a net whose runtime resizes first (torchvision's)."""
+    def cuts(images):
+        pre = loaded.record["preprocess"]
+        if pre["type"] != "pad":
+            return None
+        x, _ = loaded._pad(images, fill=pre.get("image_mean"))
+        with torch.no_grad():
+            _, scores, counts = dense.levels(x)
+        out, start = [[] for _ in images], 0
+        for level, count in zip(dense.spec.levels, counts):
+            block, start = scores[:, start:start + int(count)], start + int(count)
+            for i in range(len(images)):
+                if level.per_class and block.shape[1] > level.k:
+                    out[i] += block[i].topk(level.k, dim=0).values[-1].tolist()
+                elif not level.per_class and block[i].numel() > level.k:
+                    out[i].append(float(block[i].flatten().topk(level.k).values[-1]))
+        return out
+
+    return cuts
+
+
+def _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms=None):
     from .compare import Outcome, compare_detections
     from .inputs import batch_images, random_samples
     from .verify import require_finite
@@ -202,5 +226,5 @@ def _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, 
                 for key in ("boxes", "scores"):
                     require_finite(g[key], w[key], f"detections[{i}].{key}", batch)
             outcome.add(compare_detections(got, want, cuts, tolerance, [c.name for c in chunk],
-                                           [max(im.shape[-2:]) for im in images]))
+                                           [max(im.shape[-2:]) for im in images], pre_nms and pre_nms(images)))
     return outcome
