@@ -15,6 +15,99 @@ from conftest import invoke
 from hostile_helpers import assert_one_line, tiny_cfg, write_yaml
 
 
+# -- export verification: real detections, a stated margin, never "verified" over nothing ------------
+SCENES = {"canvas_size": 64, "digits_per_image": [1, 3], "scale_range": [12, 24], "noise": 0.05}
+
+
+def _dets(scores, labels, boxes):
+    return {"scores": torch.tensor(scores), "labels": torch.tensor(labels),
+            "boxes": torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)}
+
+
+def test_detections_at_a_cut_are_left_out_and_a_real_difference_is_named():
+    from up_trainer.export.compare import Cuts, compare_detections
+
+    cuts = Cuts(thresh=0.05, detections=3, nms_thresh=0.5)
+    box = [[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50], [5, 40, 15, 50]]
+    want = _dets([0.9, 0.5, 0.5], [1, 2, 3], box[:3])  # two tied at the top-k cut of 3
+    got = _dets([0.9, 0.5, 0.5], [1, 2, 4], box[:2] + box[3:])  # the other one of the tie kept
+    out = compare_detections([got], [want], cuts, 1e-4, ["val image #0"], [64])
+    assert (out.problem, out.compared, out.left_out, out.reasons) == (None, 2, 2, {"top-k cut": 2})
+    # at the score threshold: a detection there on one side only is left out too
+    out = compare_detections([_dets([0.9, 0.05001], [1, 2], box[:2])], [_dets([0.9], [1], box[:1])], cuts, 1e-4,
+                             ["val image #0"], [64])
+    assert (out.problem, out.compared, out.reasons) == (None, 1, {"score threshold": 1})
+    # two overlapping boxes of equal score: NMS kept one here, the other there
+    shifted = [[1, 0, 11, 10]]
+    out = compare_detections([_dets([0.7], [1], shifted)], [_dets([0.7], [1], box[:1])], cuts, 1e-4, ["x"], [64])
+    assert (out.problem, out.reasons) == (None, {"NMS tie": 2})
+    # a detection far from every cut, on one side only: named, with both counts and the cuts
+    out = compare_detections([_dets([0.9], [1], box[:1])], [_dets([0.9, 0.6], [1, 2], box[:2])], cuts, 1e-4,
+                             ["val image #3 (a.png)"], [64])
+    assert out.problem.startswith("on val image #3 (a.png): PyTorch 2 detections, exported 1; the PyTorch "
+                                  "detection label 2 score 0.6 box [20.0, 20.0, 30.0, 30.0] has no partner"), out.problem
+    assert "score threshold 0.05, 3 kept at most" in out.problem
+
+
+def _yolox_cfg(tmp_path, epochs=1):
+    cfg = {"runtime": {"seed": 0, "num_threads": 1},
+           "dataset": {"train": {"type": "digits_det", "kwargs": {"split": "train", "num_images": 16, "seed": 0,
+                                                                  **SCENES}},
+                       "test": {"type": "digits_det", "kwargs": {"split": "val", "num_images": 4, "seed": 1,
+                                                                 **SCENES}},
+                       "batch_size": 8, "num_workers": 0},
+           "trainer": {"max_epoch": epochs, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.02, "momentum": 0.9}}},
+           "saver": {"save_dir": "checkpoints"},
+           "net": {"type": "yolox", "kwargs": {"size": "nano", "num_classes": 10}}}
+    return write_yaml(tmp_path / "yolox.yaml", cfg)
+
+
+def test_an_export_that_compared_no_detection_is_not_verified(tmp_path):
+    """An untrained YOLOX scores every candidate 1e-4, under its threshold: the end-to-end file
+    (threshold inside) compares nothing, which is said, exit 1, and never "verified"."""
+    pytest.importorskip("onnxruntime")
+    from up_trainer.config import resolve_config
+    from up_trainer.tasks.net import build_model
+
+    cfg = _yolox_cfg(tmp_path)
+    torch.manual_seed(0)
+    torch.save(build_model(resolve_config(cfg)["net"]).state_dict(), tmp_path / "w.pth")
+    res = invoke(["export", "--config", cfg, "--checkpoint", str(tmp_path / "w.pth"), "--form", "end2end",
+                  "--out", str(tmp_path / "m.onnx")])
+    assert_one_line(res, "export verification compared no detections: the model detects nothing on 4 of the val "
+                    "set (dataset.test) at score threshold 0.01, so nothing was verified", code=1)
+    assert "verified" not in res.stdout
+    assert json.load(open(tmp_path / "m.onnx.json"))["verification"]["compared_detections"] == 0
+
+
+YOLOX_OPTS = ["trainer.max_epoch=1", "dataset.test.kwargs.num_images=16"]
+
+
+@pytest.fixture(scope="module")
+def yolox_one_epoch(tmp_path_factory):
+    """configs/det/digits_yolox.yaml trained for one epoch: its checkpoint."""
+    work = tmp_path_factory.mktemp("yolox")
+    res = invoke(["train", "--config", "configs/det/digits_yolox.yaml", "--work-dir", str(work / "run"),
+                  "--opts", *YOLOX_OPTS])
+    assert res.exit_code == 0, res.stderr
+    return work / "run" / "checkpoints" / "ckpt_e1.pth"
+
+
+@pytest.mark.slow  # a minute or two on 2 cores: one epoch of the digits YOLOX recipe, two exports
+@pytest.mark.parametrize("fmt", ["onnx", "pt2"])
+def test_yolox_after_one_epoch_exports_and_verifies(yolox_one_epoch, tmp_path, fmt):
+    """configs/det/digits_yolox.yaml after one epoch: its scores saturate (many exactly 1.0), so
+    which of the tied candidates pass the top-k cut is arbitrary; that used to be 'max error inf'."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / f"m.{fmt}"
+    res = invoke(["export", "--config", "configs/det/digits_yolox.yaml", "--checkpoint", str(yolox_one_epoch),
+                  "--format", fmt, "--out", str(out), "--opts", *YOLOX_OPTS])
+    assert res.exit_code == 0, res.stderr
+    check = json.load(open(str(out) + ".json"))["verification"]
+    assert check["problem"] is None and check["compared_detections"] >= 100, check
+    assert check["images"] == "4 of the val set (dataset.test)"
+
+
 # -- an exported model's class count (--model) ----------------------------------------------------
 @pytest.fixture(scope="module")
 def three_class_onnx(tmp_path_factory):
