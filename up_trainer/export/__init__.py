@@ -16,10 +16,12 @@ computed in the graph: :mod:`.shapes`; SSDlite, which resizes to one fixed size,
 ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
-Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
-random inputs of batch sizes 1 and 3 (the export traced batch 2); the largest error (see
-:mod:`.verify`) must be <= the tolerance, else :class:`ExportMismatch` (exit 1, the error in
-one line; the file stays for inspection). ``<out>.json`` beside the model records inputs,
+Verification: the file is loaded back (onnxruntime; ``torch.export.load``; ``torch.jit.load``)
+and run on batches of sizes 1 and 3 (the export traced batch 2). Classifiers and raw heads: on
+seeded random inputs, the largest error (see :mod:`.verify`) must be <= the tolerance.
+Detectors: on the val set's images (:mod:`.inputs`), detections paired by the rule of
+:mod:`.compare`; a difference no rule explains, or nothing compared, fails. Either way
+:class:`ExportMismatch` (exit 1, one line; the file stays for inspection). ``<out>.json`` beside the model records inputs,
 outputs, the weights used, the tolerance, the measured error and, for raw heads, the decode
 parameters.
 """

@@ -9,8 +9,9 @@
 
 RetinaNet and FCOS keep their ``heads`` form (raw head outputs and anchors, :mod:`.decode`)
 as the raw form. Verification runs the written file through :class:`.runtime.ExportedModel`
-on the same images as the PyTorch model (batch sizes 1 and 3, the last image of a batch
-smaller, so padding and clipping are exercised) and compares the detections.
+on the same images as the PyTorch model (the val set's, :mod:`.inputs`; batch sizes 1 and 3,
+the last image of a batch narrower, so padding and clipping are exercised) and compares the
+detections by the rule of :mod:`.compare`, lowering the score threshold while none exist.
 
 With ``dynamic`` (``--dynamic-size``) the height and width are free axes of the graph: anchors /
 points, per-level counts, top-k sizes and UP's small-level rule follow the input's size
