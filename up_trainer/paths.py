@@ -143,12 +143,14 @@ def _input_entries(inputs):
             for entry in _entries(p)]
 
 
-def guard_output_dir(path, what, *, inputs=(), writes=None):
+def guard_output_dir(path, what, *, inputs=(), writes=None, apart_from=()):
     """Check, before any work, that ``path`` can be the output directory ``what`` (see the
     module doc). ``writes``: the file names the command writes in it (a collection), or a
     predicate on a name (names it may write), or None when the command fills the directory
-    with names of its own choosing."""
+    with names of its own choosing. ``apart_from``: inputs (folders, or files: their folders)
+    the output may lie neither in nor around (``up data convert``: a tree beside its source)."""
     check_writable(path, what)
+    _require_apart(path, what, apart_from)
     if not os.path.isdir(path):
         return  # made later, empty: it can hold no input and nothing in the way
     listed = tuple(writes) if isinstance(writes, (list, tuple, set, frozenset)) else ()
@@ -168,6 +170,20 @@ def guard_output_dir(path, what, *, inputs=(), writes=None):
         if overwritten or any(_same(os.path.join(path, n), real) for n in listed):  # links count
             raise ConfigError(what, f"writing in {path} would overwrite the input {shown} "
                               "(move that file, or give another directory)")
+
+
+def _require_apart(path, what, inputs):
+    """ConfigError where the folder ``path`` (by real path) is, holds or lies in the folder of
+    any entry an input is reached through (:func:`_entries`)."""
+    out = os.path.realpath(path)
+    for given in dict.fromkeys(str(p) for p in inputs if p):
+        if not os.path.exists(given):
+            continue
+        for entry in _entries(given):
+            real = os.path.realpath(entry)
+            folder = real if os.path.isdir(real) else os.path.dirname(entry)
+            if out == folder or out.startswith(folder + os.sep) or folder.startswith(out + os.sep):
+                raise ConfigError(what, f"{path} lies in or around the input {given}; give a folder of its own")
 
 
 def guard_output_file(path, what, *, inputs=()):

@@ -127,13 +127,8 @@ def check_out(out, inputs, planned):
     """Refuse an output in or around an input, and any file that exists already."""
     from ...paths import guard_output_dir
 
-    guard_output_dir(out, "--out", writes=())  # the one output guard: a directory we may write
-    real_out = os.path.realpath(out)
-    for path in inputs:
-        real = os.path.realpath(path)
-        folder = real if os.path.isdir(real) else os.path.dirname(real)
-        if real_out == folder or real_out.startswith(folder + os.sep) or folder.startswith(real_out + os.sep):
-            raise ConfigError("--out", f"{out} lies in or around the input {path}; give a folder of its own")
+    # the one output guard: a directory we may write, neither in nor around an input (links followed)
+    guard_output_dir(out, "--out", writes=(), apart_from=inputs)
     for path in planned:
         if os.path.lexists(path):
             raise ConfigError("--out", f"{path} exists already; convert never overwrites (give a new or empty folder)")
