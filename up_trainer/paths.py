@@ -16,7 +16,9 @@ when a command starts, before any work, so a mistake costs nothing. An output mu
 - not one of the inputs: no input file may sit under a name the command writes (a run dir's
   config.yaml over the user's config, a drawing over an input image); a directory the command
   fills with names of its own choosing (``up predict --out``) may hold no input at all.
-  Inputs are compared by real path and by inode, so symlinks and hard links count.
+  Inputs are compared by real path and by inode, so symlinks and hard links count; an input
+  named through a symlink is in the folder of the link and in that of every link it leads
+  through as well as in its target's (:func:`_entries`).
 """
 import os
 import stat
@@ -118,12 +120,37 @@ def _real_inputs(inputs):
     return [os.path.realpath(p) for p in dict.fromkeys(str(p) for p in inputs if p) if os.path.exists(p)]
 
 
-def guard_output_dir(path, what, *, inputs=(), writes=None):
+def _entries(path):
+    """Every directory entry the input ``path`` is reached through, each as its folder's real
+    path plus its name: the name given, then each symlink it leads through, to the file itself.
+    An input named through a link in the output folder is in that folder as much as its
+    target is (the next command that lists the folder reads what was written beside it)."""
+    out, current = [], os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        entry = os.path.join(os.path.realpath(os.path.dirname(current)), os.path.basename(current))
+        if entry in out:
+            break
+        out.append(entry)
+        if not os.path.islink(entry):
+            break
+        current = os.path.join(os.path.dirname(entry), os.readlink(entry))  # relative: from the link's folder
+    return out
+
+
+def _input_entries(inputs):
+    """(entry, the input's real path) for every entry of every existing input (see :func:`_entries`)."""
+    return [(entry, os.path.realpath(p)) for p in dict.fromkeys(str(p) for p in inputs if p) if os.path.exists(p)
+            for entry in _entries(p)]
+
+
+def guard_output_dir(path, what, *, inputs=(), writes=None, apart_from=()):
     """Check, before any work, that ``path`` can be the output directory ``what`` (see the
     module doc). ``writes``: the file names the command writes in it (a collection), or a
     predicate on a name (names it may write), or None when the command fills the directory
-    with names of its own choosing."""
+    with names of its own choosing. ``apart_from``: inputs (folders, or files: their folders)
+    the output may lie neither in nor around (``up data convert``: a tree beside its source)."""
     check_writable(path, what)
+    _require_apart(path, what, apart_from)
     if not os.path.isdir(path):
         return  # made later, empty: it can hold no input and nothing in the way
     listed = tuple(writes) if isinstance(writes, (list, tuple, set, frozenset)) else ()
@@ -133,15 +160,30 @@ def guard_output_dir(path, what, *, inputs=(), writes=None):
             raise ConfigError(what, f"{target} is {_kind_at(target)}; the command writes a file {name} there")
         if os.path.lexists(target) and not os.access(target, os.W_OK):
             raise ConfigError(what, f"cannot write {target}: permission denied")
-    for real in _real_inputs(inputs):
-        folder, name = os.path.split(real)
+    for entry, real in _input_entries(inputs):
+        folder, name = os.path.split(entry)
         inside = _same(folder, path)
+        shown = real if entry == real else f"{entry} (a link to {real})"
         if writes is None and inside:
-            raise ConfigError(what, f"{path} holds the input {real}; give an output directory of its own")
+            raise ConfigError(what, f"{path} holds the input {shown}; give an output directory of its own")
         overwritten = inside and (name in listed or (callable(writes) and writes(name)))
         if overwritten or any(_same(os.path.join(path, n), real) for n in listed):  # links count
-            raise ConfigError(what, f"writing in {path} would overwrite the input {real} "
+            raise ConfigError(what, f"writing in {path} would overwrite the input {shown} "
                               "(move that file, or give another directory)")
+
+
+def _require_apart(path, what, inputs):
+    """ConfigError where the folder ``path`` (by real path) is, holds or lies in the folder of
+    any entry an input is reached through (:func:`_entries`)."""
+    out = os.path.realpath(path)
+    for given in dict.fromkeys(str(p) for p in inputs if p):
+        if not os.path.exists(given):
+            continue
+        for entry in _entries(given):
+            real = os.path.realpath(entry)
+            folder = real if os.path.isdir(real) else os.path.dirname(entry)
+            if out == folder or out.startswith(folder + os.sep) or folder.startswith(out + os.sep):
+                raise ConfigError(what, f"{path} lies in or around the input {given}; give a folder of its own")
 
 
 def guard_output_file(path, what, *, inputs=()):

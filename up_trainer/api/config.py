@@ -8,7 +8,7 @@ from ..errors import ConfigError, join_path, short_repr
 
 # The same limits a YAML file is held to (config/loader.py): a mapping built in Python can be
 # as deep or as large as a hostile file, and can also refer to itself.
-from ..config.loader import MAX_DEPTH, MAX_NODES, merge_bases
+from ..config.loader import MAX_DEPTH, MAX_NODES, merge_bases, numpy_scalar
 
 _SCALARS = (str, bool, int, float, type(None))
 
@@ -94,6 +94,7 @@ def plain_copy(value, path):
             raise ConfigError(p, f"the config holds more than {MAX_NODES} values")
         if depth > MAX_DEPTH:
             raise ConfigError(p, f"the config is nested deeper than {MAX_DEPTH} levels")
+        v = numpy_scalar(v)  # np.int64, np.float32, np.bool_, a 0-d array: their Python value
         if isinstance(v, _SCALARS):  # a NaN too: YAML has .nan, and the schema judges values
             # exact types (numpy.float64 is a float): YAML's safe dumper knows no subclass
             return next(t(v) for t in (bool, int, float, str) if isinstance(v, t)) if v is not None else None

@@ -138,6 +138,16 @@ def drop_anchor_holders(data, text):
     return data
 
 
+def numpy_scalar(value):
+    """``value`` as a plain Python value where it is a numpy scalar (np.int64, np.float32,
+    np.bool_, ...) or a 0-d numpy array, which a config given as a mapping may hold (values
+    computed with numpy); anything else unchanged. numpy is not imported for this: a value
+    that comes from numpy has it loaded already."""
+    if type(value).__module__ != "numpy" or not hasattr(value, "item") or getattr(value, "ndim", None) != 0:
+        return value
+    return value.item()
+
+
 def deep_merge(base, override):
     """Merge ``override`` into a copy of ``base``. Mappings merge key by key; anything else
     (lists included) replaces. ``_delete_: true`` in a mapping replaces instead of merging."""

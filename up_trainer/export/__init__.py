@@ -16,10 +16,12 @@ computed in the graph: :mod:`.shapes`; SSDlite, which resizes to one fixed size,
 ``--int8`` quantizes the ONNX file afterwards (:mod:`.int8`).
 
 Weights: the EMA weights when the checkpoint has them (``--no-ema`` for the raw ones).
-Verification: the file is loaded back (onnxruntime; ``torch.jit.load``) and run on seeded
-random inputs of batch sizes 1 and 3 (the export traced batch 2); the largest error (see
-:mod:`.verify`) must be <= the tolerance, else :class:`ExportMismatch` (exit 1, the error in
-one line; the file stays for inspection). ``<out>.json`` beside the model records inputs,
+Verification: the file is loaded back (onnxruntime; ``torch.export.load``; ``torch.jit.load``)
+and run on batches of sizes 1 and 3 (the export traced batch 2). Classifiers and raw heads: on
+seeded random inputs, the largest error (see :mod:`.verify`) must be <= the tolerance.
+Detectors: on the val set's images (:mod:`.inputs`), detections paired by the rule of
+:mod:`.compare`; a difference no rule explains, or nothing compared, fails. Either way
+:class:`ExportMismatch` (exit 1, one line; the file stays for inspection). ``<out>.json`` beside the model records inputs,
 outputs, the weights used, the tolerance, the measured error and, for raw heads, the decode
 parameters.
 """
@@ -34,7 +36,9 @@ from ..errors import ConfigError
 from .dense import DENSE_FAMILIES
 from .two_stage import TWO_STAGE_KINDS
 from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
-from .verify import ExportMismatch, detections_error, onnx_runner, tensors_error
+from .compare import describe, require_compared
+from .inputs import val_samples
+from .verify import ExportMismatch, onnx_runner, tensors_error
 
 log = logging.getLogger("up")
 FORMATS = ("onnx", "pt2", "torchscript")
@@ -135,6 +139,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     weights = _weights_kind(checkpoint, use_ema)
     size = _input_size(cfg, model, input_size)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    samples = val_samples(cfg, sum(VERIFY_BATCHES)) if detector else None
     with torch.no_grad():
         record = None
         if not detector:
@@ -142,12 +147,12 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
                                      dynamic_size)
             record["task"] = "cls"
         elif fmt == "torchscript":
-            record = _export_scripted(model, size, out)
+            record = _export_scripted(model, size, out, samples, tolerance)
         elif form == "end2end" or kind not in DENSE_KINDS:
             from .detectors import export_dense_detector
 
             record = export_dense_detector(model, size, fmt, "end2end" if form == "end2end" else "dense", out,
-                                           opset, VERIFY_BATCHES, dynamic_size)
+                                           opset, VERIFY_BATCHES, dynamic_size, samples, tolerance)
         if record is None:
             record = _export_raw_heads(model, size, fmt, out, opset, dynamic_size)
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
@@ -156,11 +161,14 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     with open(out + ".json", "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
     error = record["max_error"]
-    if not error <= tolerance:
+    check = record.get("verification")
+    if check is not None:
+        require_compared(check, fmt, out)
+    elif not error <= tolerance:
         raise ExportMismatch(f"export verification failed: {fmt} output differs from PyTorch by "
                              f"max error {error:.3g} > tolerance {tolerance:g} ({out} kept for inspection)")
-    log.info("exported %s weights to %s (%s); verified on batches %s: max error %.3g <= %g",
-             weights, out, fmt, list(VERIFY_BATCHES), error, tolerance)
+    log.info("exported %s weights to %s (%s); verified on batches %s: max error %.3g <= %g%s",
+             weights, out, fmt, list(VERIFY_BATCHES), error, tolerance, "" if check is None else describe(check))
     if int8:
         from .int8 import quantize_export
 
@@ -272,10 +280,12 @@ def _export_raw_heads(model, size, fmt, out, opset, dynamic_size=False):
     return record
 
 
-def _export_scripted(model, size, out):
+def _export_scripted(model, size, out, samples, tolerance):
     """The whole detector, post-processing included, as TorchScript; None when TorchScript
     cannot compile this net (the caller then exports raw heads)."""
     import warnings
+
+    from .detectors import verify_detections
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.script announces its deprecation
@@ -287,12 +297,29 @@ def _export_scripted(model, size, out):
                         "exporting raw head outputs and anchors instead", first)
             return None
         scripted.save(out)
-        loaded = torch.jit.load(out)
-        error = 0.0
-        for i, batch in enumerate(VERIFY_BATCHES):
-            images = list(_inputs(size, batch, seed=1 + i))
-            images[-1] = images[-1][:, : size[1] * 3 // 4]  # images of different sizes in one list
-            error = max(error, detections_error(loaded(images), model({"image": images})["detections"], batch))
-    return {"task": "det", "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
+        loaded = ScriptedRunner(torch.jit.load(out))
+        check, outcome = verify_detections(model, loaded, [size], VERIFY_BATCHES, samples, scripted_cuts(model),
+                                           tolerance, crop=False)
+    return {"task": "det", "num_classes": int(model.num_classes), "input": {"name": "images", "shape": "list of 3xHxW float tensors in [0, 1], any size"},
             "outputs": "one {boxes (xyxy, input pixels), scores, labels (1..C)} per image",
-            "post_processing": "included", "max_error": error}
+            "post_processing": "included", "max_error": outcome.max_error,
+            "verified_detections": outcome.compared, "verification": check}
+
+
+class ScriptedRunner:
+    """A loaded TorchScript detector behind the model's ``batch -> {"detections"}`` call."""
+
+    def __init__(self, module):
+        self.module, self.record = module, {}
+
+    def __call__(self, batch):
+        return {"detections": self.module(batch["image"])}
+
+
+def scripted_cuts(model):
+    """The score threshold, detections per image and NMS IoU of a torchvision detector."""
+    from .compare import Cuts
+
+    det = model.detector
+    part = getattr(det, "roi_heads", det)
+    return Cuts(float(part.score_thresh), int(part.detections_per_img), float(part.nms_thresh))

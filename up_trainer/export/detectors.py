@@ -9,8 +9,9 @@
 
 RetinaNet and FCOS keep their ``heads`` form (raw head outputs and anchors, :mod:`.decode`)
 as the raw form. Verification runs the written file through :class:`.runtime.ExportedModel`
-on the same images as the PyTorch model (batch sizes 1 and 3, the last image of a batch
-smaller, so padding and clipping are exercised) and compares the detections.
+on the same images as the PyTorch model (the val set's, :mod:`.inputs`; batch sizes 1 and 3,
+the last image of a batch narrower, so padding and clipping are exercised) and compares the
+detections by the rule of :mod:`.compare`, lowering the score threshold while none exist.
 
 With ``dynamic`` (``--dynamic-size``) the height and width are free axes of the graph: anchors /
 points, per-level counts, top-k sizes and UP's small-level rule follow the input's size
@@ -20,6 +21,7 @@ its largest image rounded up to ``size_divisible``, as the model itself pads.
 """
 import torch
 
+from .compare import Cuts
 from .dense import TORCHVISION_DENSE, dense_graph
 from .select import EndToEnd
 from .two_stage import OUTPUT_NAMES as TWO_STAGE_OUTPUTS, TWO_STAGE_KINDS, TwoStageEndToEnd, TwoStageGraph
@@ -79,16 +81,6 @@ def example_inputs(size, batch, names, seed):
     return image, torch.tensor([[size[1], size[2]]] * batch, dtype=torch.int64)
 
 
-def verification_images(size, batch, seed):
-    """``batch`` images at the export size, the last of several 3/4 as wide (and zero-padded
-    where the graph needs the full size)."""
-    g = torch.Generator().manual_seed(seed)
-    images = list(torch.rand((batch, *size), generator=g))
-    if batch > 1:
-        images[-1] = images[-1][:, :, : size[2] * 3 // 4].contiguous()
-    return images
-
-
 def write_graph(graph, inputs, input_names, output_names, fmt, out, opset, dynamic=False):
     if fmt == "pt2":
         from .pt2 import require_unbounded, save_pt2
@@ -108,10 +100,12 @@ def write_graph(graph, inputs, input_names, output_names, fmt, out, opset, dynam
                           dynamic_axes=axes, opset_version=opset, dynamo=False)
 
 
-def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dynamic=False):
-    """Write ``out`` and return its record (``max_error`` measured on reload)."""
+def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dynamic=False, samples=None,
+                          tolerance=1e-4):
+    """Write ``out``; returns its record, the verification's (:func:`verify_detections` on
+    ``samples``, see :mod:`.inputs`) in it: ``max_error`` over the paired detections,
+    ``verified_detections`` how many were paired, ``verification`` the rest."""
     from .runtime import ExportedModel
-    from .verify import detections_error
 
     graph, inputs, outputs, decode = build_graph(model, size, form, dynamic)
     if form == "dense" and model.kind in TWO_STAGE_KINDS:
@@ -145,14 +139,93 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dy
             other = (other[0], max(other[1], _up32(least["height"][0])), max(other[2], _up32(least["width"][0])))
         sizes += [other] if other != tuple(size) else []
         record.update(dynamic_size=True, export_size=list(size[1:]), verified_sizes=[list(s[1:]) for s in sizes])
+    spec = graph.select.spec if hasattr(graph, "select") else graph.spec
+    crop = record["preprocess"]["type"] == "pad" and not dynamic  # the graph takes images up to its size
     loaded = ExportedModel(out, record)
-    error, compared = 0.0, 0
+    dense = graph if hasattr(graph, "levels") else getattr(graph, "dense", None)
+    record["verification"], outcome = verify_detections(model, loaded, sizes, verify_batches, samples,
+                                                        Cuts.from_spec(spec), tolerance, crop,
+                                                        pre_nms_cuts(dense, loaded) if dense is not None else None)
+    record["max_error"], record["verified_detections"] = outcome.max_error, outcome.compared
+    return record
+
+
+def verify_detections(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms=None):
+    """Compare ``loaded`` (an :class:`.runtime.ExportedModel`) with ``model`` on ``samples`` (at
+    the first size; random images at the others, or where there are no samples), lowering the
+    score threshold while nothing is detected (:mod:`.inputs`); returns the record's
+    ``verification`` and the :class:`.compare.Outcome`. ``pre_nms``: images -> per image the
+    scores where a pre-NMS top-k cuts (:func:`pre_nms_cuts`), or None."""
+    from .inputs import lower_thresholds, lowered_record, threshold_holder
+
+    outcome = _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms)
+    first, holder, record = cuts.thresh, threshold_holder(model), loaded.record
+    for thresh in lower_thresholds(first) if outcome.compared == 0 and not outcome.problem else ():
+        lowered = lowered_record(record, thresh)
+        if holder is None or lowered is None:
+            break  # the threshold is inside the file
+        cuts = Cuts(thresh, cuts.detections, cuts.nms_thresh)
+        old, holder.score_thresh, loaded.record = holder.score_thresh, thresh, lowered
+        try:
+            outcome = _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms)
+        finally:
+            holder.score_thresh, loaded.record = old, record
+        if outcome.compared or outcome.problem:
+            break
+    count = sum(verify_batches)
+    result = {"images": (f"{min(count, len(samples))} of the val set (dataset.test)" if samples else
+                         f"{count} seeded random images") + (", random images at the other size" if len(sizes) > 1
+                                                             else ""),
+              "compared_detections": outcome.compared, "left_out": outcome.left_out,
+              "left_out_by": outcome.reasons, "score_thresh": cuts.thresh, "problem": outcome.problem}
+    if cuts.thresh != first:
+        result["model_score_thresh"] = first  # it gave nothing to compare
+    return result, outcome
+
+
+def pre_nms_cuts(dense, loaded):
+    """images -> per image, the score of the last candidate each level's pre-NMS top-k keeps
+    (per class where the level ranks per class), from the PyTorch dense module on the batch the
+    exported file is given; None for a net whose runtime resizes first (torchvision's)."""
+    def cuts(images):
+        pre = loaded.record["preprocess"]
+        if pre["type"] != "pad":
+            return None
+        x, _ = loaded._pad(images, fill=pre.get("image_mean"))
+        with torch.no_grad():
+            _, scores, counts = dense.levels(x)
+        out, start = [[] for _ in images], 0
+        for level, count in zip(dense.spec.levels, counts):
+            block, start = scores[:, start:start + int(count)], start + int(count)
+            for i in range(len(images)):
+                if level.per_class and block.shape[1] > level.k:
+                    out[i] += block[i].topk(level.k, dim=0).values[-1].tolist()
+                elif not level.per_class and block[i].numel() > level.k:
+                    out[i].append(float(block[i].flatten().topk(level.k).values[-1]))
+        return out
+
+    return cuts
+
+
+def _compare_on(model, loaded, sizes, verify_batches, samples, cuts, tolerance, crop, pre_nms=None):
+    from .compare import Outcome, compare_detections
+    from .inputs import batch_images, random_samples
+    from .verify import require_finite
+
+    outcome = Outcome()
     for j, at in enumerate(sizes):
-        for i, batch in enumerate(verify_batches):
-            images = verification_images(at, batch, seed=1 + i + 10 * j)
+        pool = samples if samples and j == 0 else random_samples(at, sum(verify_batches), seed=1 + 10 * j)
+        start = 0
+        for batch in verify_batches:
+            chunk = [pool[(start + k) % len(pool)] for k in range(batch)]
+            start += batch
+            images = batch_images(chunk, at, crop)
             with torch.no_grad():
                 want = model({"image": images})["detections"]
-            error = max(error, detections_error(loaded({"image": images})["detections"], want, batch))
-            compared += sum(len(d["scores"]) for d in want)
-    record["max_error"], record["verified_detections"] = error, compared
-    return record
+            got = loaded({"image": images})["detections"]
+            for i, (g, w) in enumerate(zip(got, want)):
+                for key in ("boxes", "scores"):
+                    require_finite(g[key], w[key], f"detections[{i}].{key}", batch)
+            outcome.add(compare_detections(got, want, cuts, tolerance, [c.name for c in chunk],
+                                           [max(im.shape[-2:]) for im in images], pre_nms and pre_nms(images)))
+    return outcome

@@ -27,12 +27,24 @@ def load_exported(path, threads=None):
 
 
 def check_matches(cfg, exported):
-    """The exported model must be of the config's task and class count (a mix-up is one line)."""
+    """The exported model must be of the config's task, family and class count, as a checkpoint
+    must fit the config's net (a mix-up is one line, not an IndexError or a silent score)."""
     from ..tasks.net import build_model
 
-    kind = getattr(build_model(cfg["net"]), "kind", None) if exported.task == "det" else None
+    net = build_model(cfg["net"])
+    kind = getattr(net, "kind", None) if exported.task == "det" else None
     if exported.kind and kind and exported.kind != kind:
         raise ConfigError("--model", f"{exported.path} holds a {exported.kind} detector, the config's net is {kind}")
+    held, wanted = exported.num_classes, getattr(net, "num_classes", None)
+    if wanted is None and isinstance(cfg["net"], dict):  # a net that does not say: what its config asks for
+        wanted = (cfg["net"].get("kwargs") or {}).get("num_classes")
+    if held is not None and (type(held) is not int or held < 1):
+        raise ConfigError("--model", f"{exported.path}.json: num_classes must be a positive integer, got {held!r}")
+    if held is not None and type(wanted) is int and held != wanted:
+        key = getattr(net, "num_classes_path", None) or (
+            "net[0].kwargs.num_classes" if isinstance(cfg["net"], list) else "net.kwargs.num_classes")
+        raise ConfigError("--model", f"{exported.path} predicts {held} classes, the config's net {wanted} ({key})",
+                          "use the config the exported model was trained with")
 
 
 def evaluation_trainer(cfg, work_dir=None):

@@ -41,8 +41,35 @@ def size_range(program):
 
 
 def pt2_runner(path):
-    """A callable: input tensors -> list of output tensors, from the saved program."""
-    module = torch.export.load(path).module()
+    """A callable: input tensors -> list of output tensors, from the saved program. A file that
+    is not a zip archive (what torch.export.save writes) is one line before torch reads it, and
+    torch's own logger is quiet while it loads: it logs a whole traceback for a file it cannot
+    read before raising, which the caller reports in one line."""
+    import logging
+    import zipfile
+
+    from ..errors import ConfigError
+
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            head = f.read(16)
+        what = " (its bytes look like an ONNX file: name it .onnx)" if _looks_onnx(head) else ""
+        raise ConfigError("--model", f"{path}: not a pt2 file, which is a zip archive written by "
+                          f"torch.export.save{what}")
+    logger, caught = logging.getLogger("torch.export"), []
+    handler = logging.Handler()
+    handler.emit = caught.append
+    kept = logger.propagate, logger.handlers  # torch gives this logger a stderr handler of its own
+    logger.handlers, logger.propagate = [handler], False
+    try:
+        module = torch.export.load(path).module()
+    except Exception as exc:  # torch.export raises several types; the cause is in what it logged
+        causes = [r.exc_info[1] for r in caught if r.exc_info and r.exc_info[1] is not None]
+        cause = str(causes[-1] if causes else exc).strip().splitlines()
+        raise ConfigError("--model", f"{path}: pt2 cannot load it ({(cause[0] if cause else type(exc).__name__)[:200]})") \
+            from None
+    finally:
+        logger.propagate, logger.handlers = kept
 
     def run(*inputs):
         with torch.no_grad():
@@ -63,3 +90,9 @@ def require_unbounded(program, size):
             raise ConfigError("--dynamic-size", f"torch.export bounds the {axis} to {lo}..{hi} at the export size "
                               f"{size[0]}x{size[1]}: a pyramid level is 1 pixel there, and torch.export fixes axes "
                               "of size 1", "export at a larger --input-size C,H,W, every level at least 2 pixels")
+
+
+def _looks_onnx(head):
+    """An ONNX file is a protobuf ModelProto: it opens with field 1 (ir_version, varint: 0x08)
+    followed by field 2, 3 or 8 (producer name / version, opset: 0x12, 0x1a, 0x42)."""
+    return len(head) >= 3 and head[0] == 0x08 and head[1] < 0x80 and head[2] in (0x12, 0x1a, 0x3a, 0x42)

@@ -13,13 +13,18 @@ way, one line per problem); the target is written by the rules of its format:
   and are counted in the summary.
 
 Images are linked (absolute symlinks), or copied with ``copy``; images that were embedded in
-a LabelMe file are always copied. Nothing is ever overwritten, and the output may not lie in
-or around an input: both are refused in one line before anything is written.
+a LabelMe file are always copied. Every output name (images, labels, JSON, data.yaml) is
+planned first: two sources on one name (``x.jpg`` and ``x.png`` both label ``x.txt``), a file
+that exists already, an output in or around an input are refused in one line before anything
+is written. The files are written in a temporary folder beside the output and moved into
+place at the end (the folder renamed where the output is new): a failure leaves nothing.
 """
 import json
 import os
 import shutil
+import tempfile
 from collections import Counter
+from contextlib import contextmanager
 
 from ...data.formats.common import Obj
 from ...data.label_map import align, file_ids
@@ -71,7 +76,7 @@ def read_split(fmt, kwargs, classes):
     if fmt == "voc":
         kwargs = dict(kwargs, keep_difficult=False)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    ds = DATASETS.build({"type": fmt, "kwargs": kwargs})
+    ds = _build(DATASETS, fmt, kwargs)
     if fmt == "coco":  # coco records carry boxes, not parsed objects
         for rec in ds.records:
             rec["file_name"] = os.path.relpath(rec["file"], ds.img_dir or ".")
@@ -81,31 +86,50 @@ def read_split(fmt, kwargs, classes):
     return ds
 
 
+def _build(datasets, fmt, kwargs):
+    """The source dataset; its errors in convert's words: ``--classes`` for the classes the
+    dataset calls ``kwargs.classes``, and no config option (on_bad_record) as the way out of
+    a bad record: convert carries valid records only."""
+    from ..det.datasets import BAD_RECORD_HINT
+
+    try:
+        return datasets.build({"type": fmt, "kwargs": kwargs})
+    except ConfigError as exc:
+        if str(exc.path or "").split(".")[-1] == "classes":
+            raise ConfigError("--classes", exc.message, exc.hint) from None
+        raise
+    except DataError as exc:
+        text, tail = str(exc), f" ({BAD_RECORD_HINT})"
+        if text.endswith(tail):
+            raise DataError(text[: -len(tail)] + " (fix or remove that record: up data convert carries valid "
+                            "records only; up data check lists every such record)") from None
+        raise
+
+
 # -- where things go ----------------------------------------------------------------------------------
-def image_target(out, split, rec, taken):
-    """out/images/<split>/<the source's relative name>; names that would climb out, or two
-    images landing on one name, are refused."""
+def image_target(out, split, rec):
+    """out/images/<split>/<the source's relative name> (names that would climb out: the base name)."""
     name = os.path.normpath(rec["file_name"])
     if os.path.isabs(name) or name.split(os.sep)[0] == "..":
         name = os.path.basename(name)
-    if name in taken:
-        raise DataError(f"{rec['source']}: two images of split {split!r} would both be written as {name} "
-                        f"(first: {taken[name]})")
-    taken[name] = rec["source"]
     return os.path.join(out, "images", split, name)
+
+
+def claim(taken, path, source, out):
+    """Record that ``source`` writes ``path``; two sources on one output name are refused, in
+    one line naming both, before anything is written (x.jpg and x.png both label x.txt)."""
+    if path in taken:
+        raise DataError(f"{source}: it and {taken[path]} would both be written as {os.path.relpath(path, out)}; "
+                        "rename one of them")
+    taken[path] = source
 
 
 def check_out(out, inputs, planned):
     """Refuse an output in or around an input, and any file that exists already."""
     from ...paths import guard_output_dir
 
-    guard_output_dir(out, "--out", writes=())  # the one output guard: a directory we may write
-    real_out = os.path.realpath(out)
-    for path in inputs:
-        real = os.path.realpath(path)
-        folder = real if os.path.isdir(real) else os.path.dirname(real)
-        if real_out == folder or real_out.startswith(folder + os.sep) or folder.startswith(real_out + os.sep):
-            raise ConfigError("--out", f"{out} lies in or around the input {path}; give a folder of its own")
+    # the one output guard: a directory we may write, neither in nor around an input (links followed)
+    guard_output_dir(out, "--out", writes=(), apart_from=inputs)
     for path in planned:
         if os.path.lexists(path):
             raise ConfigError("--out", f"{path} exists already; convert never overwrites (give a new or empty folder)")
@@ -172,19 +196,24 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
                   getattr(datasets[first], "numbered_classes", False))
         except DataError as exc:
             raise DataError(f"{exc} (give --classes naming every class)") from None
-    plan, planned = {}, []
+    plan, taken = {}, {}  # every file written, planned and checked before the first is
     for split, ds in datasets.items():
-        taken = {}
-        plan[split] = [(rec, image_target(out, split, rec, taken)) for rec in ds.records]
-        planned += [t for _, t in plan[split]]
+        plan[split] = [(rec, image_target(out, split, rec)) for rec in ds.records]
+        for rec, target in plan[split]:
+            claim(taken, target, rec["source"], out)
+            if dst_fmt == "yolo" and rec["objects"]:
+                claim(taken, yolo_label(out, split, target), rec["source"], out)
         if dst_fmt == "coco":
-            planned.append(os.path.join(out, "annotations", f"instances_{split}.json"))
-        else:
-            planned += [yolo_label(out, split, t) for _, t in plan[split]]
+            claim(taken, os.path.join(out, "annotations", f"instances_{split}.json"), f"split {split!r}", out)
     if dst_fmt == "yolo":
-        planned.append(os.path.join(out, "data.yaml"))
-    check_out(out, [input_path] + ([images] if images else []), planned)
+        claim(taken, os.path.join(out, "data.yaml"), "the class names", out)
+    check_out(out, [input_path] + ([images] if images else []), list(taken))
+    with staging(out) as stage:
+        return write_all(datasets, plan, names, src_fmt, dst_fmt, out, stage, copy)
 
+
+def write_all(datasets, plan, names, src_fmt, dst_fmt, out, stage, copy):
+    """Write the planned files, each under ``stage(path)``; returns the summary lines."""
     lost, written, summary = Counter(), [], []
     for ds in datasets.values():
         for note in dict.fromkeys(ds.notes if hasattr(ds, "notes") else []):
@@ -195,11 +224,11 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
         summary.append("category ids became class indices 0..C-1 in id order (names kept)")
     for split, ds in datasets.items():
         for rec, target in plan[split]:
-            place_image(rec["file"], target, copy or bool(rec.get("embedded")))
+            place_image(rec["file"], stage(target), copy or bool(rec.get("embedded")))
         if dst_fmt == "coco":
             path = os.path.join(out, "annotations", f"instances_{split}.json")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "x", encoding="utf-8") as f:
+            os.makedirs(os.path.dirname(stage(path)), exist_ok=True)
+            with open(stage(path), "x", encoding="utf-8") as f:
                 json.dump(coco_json(ds, split, plan[split], os.path.join(out, "images", split), cat_ids, lost), f)
         else:
             class_id = {n: i for i, n in enumerate(names)}
@@ -207,7 +236,7 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
             for rec, target in plan[split]:
                 lines = yolo_lines(rec, class_id, lost)
                 if lines:  # an image without objects gets no label file: a negative
-                    label = yolo_label(out, split, target)
+                    label = stage(yolo_label(out, split, target))
                     os.makedirs(os.path.dirname(label), exist_ok=True)
                     with open(label, "x", encoding="utf-8") as f:
                         f.write("".join(lines))
@@ -217,11 +246,44 @@ def convert(src_fmt, dst_fmt, input_path, out, images=None, splits=(), classes=N
     if dst_fmt == "yolo":
         import yaml
 
-        with open(os.path.join(out, "data.yaml"), "x", encoding="utf-8") as f:
+        with open(stage(os.path.join(out, "data.yaml")), "x", encoding="utf-8") as f:
             yaml.safe_dump({**{s: f"images/{s}" for s in datasets}, "names": dict(enumerate(names))}, f,
                            sort_keys=False)
     lost_lines = [f"not carried: {n} {what}" for what, n in sorted(lost.items())] or ["not carried: nothing"]
     return written + summary + lost_lines
+
+
+@contextmanager
+def staging(out):
+    """Yields ``stage``: output path under ``out`` -> the same path in a temporary folder (in
+    ``out`` where it exists, else beside it: one file system, so moving is renaming); on success
+    the staged tree is moved into ``out`` (the folder renamed into place when ``out`` does not
+    exist yet), on any failure removed: never a half-written output."""
+    out = os.path.abspath(out)
+    exists = os.path.isdir(out)
+    if not exists:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".up-convert-partial-", dir=out if exists else os.path.dirname(out))
+    try:
+        yield lambda path: os.path.join(tmp, os.path.relpath(path, out))
+        if not exists:
+            os.rename(tmp, out)
+        else:
+            _move_into(tmp, out)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_into(src, dst):
+    """Every entry of ``src`` renamed into the existing folder ``dst`` (sub-folders merged;
+    the plan made sure no file is there yet)."""
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if os.path.isdir(s) and not os.path.islink(s) and os.path.isdir(d):
+            _move_into(s, d)
+        else:
+            os.rename(s, d)
 
 
 def yolo_label(out, split, image_target_path):

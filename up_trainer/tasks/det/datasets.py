@@ -36,6 +36,7 @@ __all__ = ["DetDataset", "CocoDetection", "CustomDetection", "DetCollate", "appl
 
 log = logging.getLogger("up")
 BAD_RECORD_CHOICES = ("error", "skip")
+BAD_RECORD_HINT = "set dataset kwargs on_bad_record: skip to drop such records"  # convert words it its own way
 
 
 def load_rgb(path, where, exif_transpose=True):
@@ -122,7 +123,7 @@ class DetDataset(PackedIndex, FinalConversion, Dataset):
     def bad(self, message):
         """Raise (error) or remember (skip) one bad record; returns so callers can `continue`."""
         if self.on_bad_record == "error":
-            raise DataError(message + " (set dataset kwargs on_bad_record: skip to drop such records)")
+            raise DataError(f"{message} ({BAD_RECORD_HINT})")
         self.skipped.append(message)
 
     def report_skipped(self, what):  # once per dataset, not once per record
