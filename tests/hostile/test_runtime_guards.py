@@ -1,5 +1,6 @@
-"""Runtime guards: what a run meets beyond its config file. A corrupt disk-cache index starts
-the arena over; (more cases below)."""
+"""Runtime guards: what a run meets beyond its config file. More DataLoader workers than the
+machine can use are refused at start-up (``up config``, ``--dry-run`` and the API too); a
+corrupt disk-cache index starts the arena over."""
 import json
 import os
 
@@ -11,6 +12,37 @@ from up_trainer.data import readers
 from up_trainer.data.image_arena import EMPTY, FILLED
 from up_trainer.data.image_cache import install, open_image_cache
 from up_trainer.data.image_cache_disk import INDEX
+
+from conftest import invoke
+from hostile_helpers import assert_one_line, tiny_cfg, write_yaml
+
+
+def _worker_bound():
+    """What the docs promise: 4 per CPU this process may run on, at least 32."""
+    return max(32, 4 * len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize("command", [["config"], ["train", "--dry-run"], ["train"], ["eval"]])
+@pytest.mark.parametrize("workers", [10000, "bound+1"])
+def test_more_workers_than_the_machine_can_use_is_one_line_at_start_up(tmp_path, command, workers):
+    workers = _worker_bound() + 1 if workers == "bound+1" else workers
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(dataset={"num_workers": workers}))
+    extra = {"config": [], "eval": ["--checkpoint", tmp_path / "none.pth", "--work-dir", tmp_path / "run"]}
+    args = extra.get(command[0], ["--work-dir", tmp_path / "run"])
+    result = invoke([command[0], "--config", cfg, *command[1:], *args])
+    assert_one_line(result, f"dataset.num_workers: {workers} worker processes are more than this machine can use: "
+                    f"at most {_worker_bound()}", "set dataset.num_workers to")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_worker_bound_itself_is_accepted(tmp_path):
+    import up_trainer
+
+    cfg = up_trainer.load_config(tiny_cfg(dataset={"num_workers": _worker_bound()}))
+    assert cfg["dataset"]["num_workers"] == _worker_bound()
+    with pytest.raises(up_trainer.ConfigError) as caught:
+        up_trainer.load_config(cfg, opts=[f"dataset.num_workers={_worker_bound() + 1}"])
+    assert caught.value.path == "dataset.num_workers"
 
 
 class _Files:
