@@ -20,8 +20,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, default_collate
 
 from .batch_ring import BatchRing, RingCollate, unpack
+from ..errors import DataError
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
+from .sample_errors import fetch_sample, worker_error_as_raised
 from .sampler import ResumableSampler
 
 
@@ -37,9 +39,10 @@ class SeededDataset(Dataset):
     milliseconds.
     """
 
-    def __init__(self, dataset, seed):
+    def __init__(self, dataset, seed, split="dataset.train"):
         self.dataset = dataset
         self.seed = seed
+        self.split = split  # what an error in a sample names (sample_errors.py)
         self.epoch = 0
 
     def __len__(self):
@@ -56,7 +59,7 @@ class SeededDataset(Dataset):
 
     def __getitem__(self, item):
         self.epoch, index = item
-        return self._seeded(index, lambda: self.dataset[index])
+        return self._seeded(index, lambda: fetch_sample(self.dataset, index, self.split))
 
     def __getitems__(self, items):
         self.epoch = items[0][0]
@@ -70,12 +73,27 @@ class SeededDataset(Dataset):
             inner = inner.dataset
         begin, end = getattr(inner, "begin_batch", None), getattr(inner, "end_batch", None)
         if begin is None:
-            return [self.dataset[i] for i in indices]
+            return [fetch_sample(self.dataset, i, self.split) for i in indices]
         begin()
         try:
-            return [self.dataset[i] for i in indices]
+            return [fetch_sample(self.dataset, i, self.split) for i in indices]
         finally:
             end()
+
+
+class NamedSamples(Dataset):
+    """The evaluation set as the loader reads it: each sample fetched through
+    :func:`~up_trainer.data.sample_errors.fetch_sample`, as the training set's are."""
+
+    def __init__(self, dataset, split="dataset.test"):
+        self.dataset = dataset
+        self.split = split
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return fetch_sample(self.dataset, index, self.split)
 
 
 class EpochTagged(Sampler):
@@ -131,7 +149,9 @@ class WorkerTrackingLoader(DataLoader):
 
     def __iter__(self):
         iterator = super().__iter__()
-        return _Unpacking(iterator) if isinstance(self.collate_fn, RingCollate) else iterator
+        if self.num_workers == 0:
+            return iterator
+        return _Batches(iterator, isinstance(self.collate_fn, RingCollate))
 
     def _start_ring(self):
         """A fresh ring for the workers about to start (forked ones only: they inherit it)."""
@@ -169,17 +189,28 @@ class WorkerTrackingLoader(DataLoader):
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
-class _Unpacking:
-    """A DataLoader iterator whose batches' ring descriptors are copied out as they are handed on."""
+class _Batches:
+    """A worker-fed DataLoader iterator as the trainer reads it: a worker's DataError raised as
+    the one line it was (sample_errors.py), not torch's text with the worker's traceback; and
+    with the ring (``unpacking``), each batch's descriptors copied out as it is handed on."""
 
-    def __init__(self, iterator):
+    def __init__(self, iterator, unpacking):
         self._iterator = iterator
+        self._unpacking = unpacking
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return unpack(next(self._iterator))
+        try:
+            batch = next(self._iterator)
+        except DataError as exc:
+            raised = worker_error_as_raised(exc)
+            if raised is None:
+                raise
+            end_workers_of(self._iterator)
+            raise raised from None
+        return unpack(batch) if self._unpacking else batch
 
     def __len__(self):
         return len(self._iterator)
@@ -214,6 +245,26 @@ def end_loader_workers():
         process.kill()
     for process in alive:
         process.join(timeout=5)
+
+
+def end_workers_of(iterator):
+    """End the workers of an iterator that failed, at once. Torch's own shutdown asks them to
+    stop and waits up to 5 s for each, then sends SIGTERM, which they ignore
+    (:func:`ignore_stop_signals`): a worker busy with a batch nobody will read, or waiting for a
+    ring slot, held the failed run's caller for tens of seconds. They hold nothing else."""
+    from torch.utils.data._utils import signal_handling
+
+    workers = getattr(iterator, "_workers", None) or []
+    if getattr(iterator, "_worker_pids_set", False):  # so torch's SIGCHLD handler ignores these deaths
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+    for process in workers:
+        if process.is_alive():
+            process.kill()
+    for process in workers:
+        process.join(timeout=5)
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
 
 
 def collate_fn_of(dataset):
@@ -356,7 +407,7 @@ class LoaderFactory:
         sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
                                    world_size=self.world_size, pad=False)
         bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
-        loader = WorkerTrackingLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
+        loader = WorkerTrackingLoader(NamedSamples(self.test_set), batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
                             generator=torch.Generator().manual_seed(self.seed), **self._common())
         self._test = self._keep(loader)
         return loader
