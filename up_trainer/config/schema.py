@@ -3,8 +3,8 @@
 The config reference in docs/config.rst lists exactly these fields (``up config --reference`` prints it).
 """
 from ..errors import ConfigError, did_you_mean, join_path, short_repr
-from ..data.worker_advice import check_worker_count
 from .cache_keys import check_cache_keys
+from .worker_limits import check_worker_count
 
 REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}

@@ -25,6 +25,7 @@ from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ra
 from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
 from .sample_errors import fetch_sample, worker_error_as_raised
 from .sampler import ResumableSampler
+from .worker_death import record_workers, worker_death
 
 
 class SeededDataset(Dataset):
@@ -182,6 +183,7 @@ class WorkerTrackingLoader(DataLoader):
             # the ring lives as long as the iterator whose workers write it (a second iterator
             # of the same loader gets a ring of its own)
             iterator._batch_ring = self._ring
+            record_workers(iterator)  # a worker's death names its worker id (worker_death.py)
             return iterator
         finally:
             _WORKERS.update(set(multiprocessing.active_children()) - before)
@@ -191,8 +193,8 @@ class WorkerTrackingLoader(DataLoader):
 
 class _Batches:
     """A worker-fed DataLoader iterator as the trainer reads it: a worker's DataError raised as
-    the one line it was (sample_errors.py), not torch's text with the worker's traceback; and
-    with the ring (``unpacking``), each batch's descriptors copied out as it is handed on."""
+    the one line it was (sample_errors.py), not torch's text with the worker's traceback, and a
+    worker's death as :class:`~up_trainer.data.worker_death.WorkerDied`; and with the ring (``unpacking``), each batch's descriptors copied out as it is handed on."""
 
     def __init__(self, iterator, unpacking):
         self._iterator = iterator
@@ -210,6 +212,12 @@ class _Batches:
                 raise
             end_workers_of(self._iterator)
             raise raised from None
+        except RuntimeError as exc:  # torch's text for a worker that died, as one line (worker_death.py)
+            died = worker_death(exc)
+            if died is None:
+                raise
+            end_workers_of(self._iterator)
+            raise died from None
         return unpack(batch) if self._unpacking else batch
 
     def __len__(self):

@@ -77,10 +77,17 @@ def _unwrapped(dataset, index):
     return dataset, index
 
 
-def _failed_step(exc, dataset):
-    from ..tasks.det.pipeline import pipeline_ops
+def _pipeline_ops(transform):
+    """Every transform object of a pipeline, its containers (Compose, RandomApply...) walked."""
+    if transform is None:
+        return
+    yield transform
+    for child in getattr(transform, "transforms", None) or ():
+        yield from _pipeline_ops(child)
 
-    ops = {id(op) for op in pipeline_ops(getattr(dataset, "transform", None))}
+
+def _failed_step(exc, dataset):
+    ops = {id(op) for op in _pipeline_ops(getattr(dataset, "transform", None))}
     transform, step = None, None
     tb = exc.__traceback__
     while tb is not None:  # outermost to innermost

@@ -1,39 +1,8 @@
 """The start-of-run advice when training waits for its data: how many DataLoader workers would
 hide the loading behind the compute (the train_val_logger hook logs it once per run)."""
 import math
-import os
 
-
-def usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-# More workers than this are refused at start-up (config validation, so ``up config`` and
-# ``--dry-run`` say so too): each is a forked process with its own copy of whatever it touches,
-# and thousands of them fork for minutes with the stop signals blocked (loader.py) and exhaust
-# memory or the process table before the first batch. Past 4 per CPU they only queue for the
-# same cores; 32 leaves room for I/O-bound data on a small machine.
-WORKERS_PER_CPU = 4
-MIN_WORKER_BOUND = 32
-
-
-def max_workers(cpus=None):
-    return max(MIN_WORKER_BOUND, WORKERS_PER_CPU * (cpus or usable_cpus()))
-
-
-def check_worker_count(num_workers, where="dataset.num_workers"):
-    """A ConfigError naming ``where`` when ``num_workers`` is beyond :func:`max_workers`."""
-    from ..errors import ConfigError
-
-    cpus = usable_cpus()
-    bound = max_workers(cpus)
-    if num_workers > bound:
-        raise ConfigError(where, f"{num_workers} worker processes are more than this machine can use: at most "
-                          f"{bound} ({WORKERS_PER_CPU} per CPU x {cpus} CPUs here, never below {MIN_WORKER_BOUND})",
-                          f"set {where} to {bound} or fewer; about the CPU count is usually enough")
+from ..config.worker_limits import usable_cpus
 
 
 def worker_advice(data_s, batch_s, workers, cache="none", cpus=None):
