@@ -17,7 +17,9 @@ def usable_cpus():
 # More workers than this are refused: each is a forked process with its own copy of whatever it touches,
 # and thousands of them fork for minutes with the stop signals blocked (loader.py) and exhaust
 # memory or the process table before the first batch. Past 4 per CPU they only queue for the
-# same cores; 32 leaves room for I/O-bound data on a small machine.
+# same cores; 32 leaves room for I/O-bound data on a small machine. The bound is the machine's,
+# not the data's: more workers than an epoch has batches only leaves some idle, and the batch
+# count is not known before the datasets are read, after the check has to be made.
 WORKERS_PER_CPU = 4
 MIN_WORKER_BOUND = 32
 
