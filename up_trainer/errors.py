@@ -43,6 +43,13 @@ class DataError(UserError):
     """A data file or record that cannot be used."""
 
 
+class RunFailure(Exception):
+    """Neither the user's input nor a bug: the machine failed the run (a DataLoader worker
+    killed by the out-of-memory killer). The CLI prints its one line and exits 1, no traceback."""
+
+    exit_code = 1
+
+
 class TrainingInterrupted(Exception):
     """Raised at an iteration boundary after an interrupt snapshot was written.
 

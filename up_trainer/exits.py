@@ -2,8 +2,10 @@
 
 User errors (:class:`~up_trainer.errors.UserError`): one line on stderr, exit 2.
 Interrupts (:class:`~up_trainer.errors.TrainingInterrupted`): their own code, 130 or 143.
-Ctrl-C elsewhere: 130. Anything else is a bug: the traceback, exit 1. Whatever is printed
-goes through the secret redactor (config/redact.py) first, tracebacks included.
+Ctrl-C elsewhere: 130. A :class:`~up_trainer.errors.RunFailure` (a DataLoader worker that died): one
+line, exit 1.
+Anything else is a bug: the traceback, exit 1. Whatever is printed goes through the secret
+redactor (config/redact.py) first, tracebacks included.
 """
 import functools
 import sys
@@ -11,7 +13,7 @@ import sys
 import click
 
 from .config.redact import install_excepthooks, redact_text
-from .errors import TrainingInterrupted, UserError, shorten
+from .errors import RunFailure, TrainingInterrupted, UserError, shorten
 
 
 def one_line(text):
@@ -33,6 +35,9 @@ def run_safely(fn):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:  # redacted before it is cut: a cut could split a secret
+            click.echo(f"up: error: {shorten(one_line(redact_text(str(exc))))}", err=True)
+            sys.exit(exc.exit_code)
+        except RunFailure as exc:  # a DataLoader worker that died (data/worker_death.py)
             click.echo(f"up: error: {shorten(one_line(redact_text(str(exc))))}", err=True)
             sys.exit(exc.exit_code)
         except TrainingInterrupted as exc:

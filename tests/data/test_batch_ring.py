@@ -105,7 +105,7 @@ def test_two_iterators_of_one_loader_each_have_their_ring():
 def test_without_shared_memory_batches_go_the_ordinary_way(monkeypatch):
     def no_ring(*args, **kwargs):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr("up_trainer.data.loader.BatchRing", no_ring)
+    monkeypatch.setattr("up_trainer.data.worker_loader.BatchRing", no_ring)
     loader, out = epochs("ring", count=1)
     _, plain = epochs("torch", count=1)
     assert loader._ring is None

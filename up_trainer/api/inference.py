@@ -4,7 +4,7 @@ import os
 
 from ..errors import ConfigError, DataError, join_path, short_repr
 from .config import as_config
-from .isolation import left_as_found
+from .isolation import api_call
 from .training import checked_device
 
 
@@ -28,7 +28,7 @@ def predict(config, checkpoint, images, *, device=None, use_ema=True, score_thr=
     items = [images] if single else list(images)
     for i, item in enumerate(items):
         _check_image_arg(item, "images" if single else join_path("images", i))
-    with left_as_found():
+    with api_call("predict"):
         predictor = Predictor(cfg.to_dict(), checkpoint, checked_device(device), bool(use_ema))
         out = []
         for i, item in enumerate(items):
@@ -59,7 +59,7 @@ def export(config, checkpoint, format, out=None, *, input_size=None, use_ema=Tru
         out = os.fspath(out)
     if isinstance(input_size, (list, tuple)):
         input_size = ",".join(str(v) for v in input_size)
-    with left_as_found():
+    with api_call("export"):
         return export_model(cfg.to_dict(), checkpoint, format, out, input_size=input_size, use_ema=bool(use_ema),
                             tolerance=tolerance, opset=opset, config_files=cfg.files, form=form,
                             dynamic_size=bool(dynamic_size))

@@ -4,7 +4,8 @@ The engine was written for a process of its own (``up train``): it sets torch's 
 and determinism flags, seeds the global RNGs, installs its logging handlers on the ``up``
 logger, may open an image cache and start DataLoader workers. Called from Python, all of that
 belongs to the caller: :func:`left_as_found` records it before the call and restores it after,
-whether the call returns or raises. One record for every kind of global state, so a setting
+whether the call returns or raises; and :data:`ONE_CALL` refuses a second call while one runs.
+One record for every kind of global state, so a setting
 the engine learns to change later is caught by the tests that compare before and after
 (tests/api/test_api_train.py), not by a user.
 """
@@ -15,6 +16,8 @@ import os
 import random
 import signal
 import threading
+
+from ..errors import UserError
 
 _ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG",)  # set by runtime.deterministic
 FEEDER_JOIN_S = 5.0  # a closed queue's feeder flushes what it holds and ends at once
@@ -127,6 +130,53 @@ class _Snapshot:
             from torch.utils.data._utils import signal_handling
 
             signal_handling._SIGCHLD_handler_set = False
+
+
+class _OneCall:
+    """The process-wide guard of the API's entries: one call at a time in a process.
+
+    A run's state is the process's (the RNGs it seeds, the ``up`` logger whose handlers write
+    its train.log, the image cache, every DataLoader worker, which the end of a call ends): two
+    calls at once, in two threads or one nested in the other's hook, would draw from one
+    another's random streams, log into one another's train.log and end one another's workers.
+    Isolating them would mean per-call RNGs and loggers the engine does not have; so a second
+    call is refused at once, in one line, and may be made once the first has returned."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.holder = None  # "up_trainer.train (thread MainThread)" while a call runs
+        if hasattr(os, "register_at_fork"):
+            # a forked child has no thread running the parent's call: it starts free
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self):
+        self._lock = threading.Lock()
+        self.holder = None
+
+    @contextlib.contextmanager
+    def held(self, name):
+        if not self._lock.acquire(blocking=False):
+            running = self.holder or "another call"
+            raise UserError(f"up_trainer.{name}: {running} is running in this process; the API runs "
+                            "one call at a time (they share the process's RNGs, logger and DataLoader "
+                            "workers): call it again once that call has returned, or from another process")
+        self.holder = f"up_trainer.{name} (thread {threading.current_thread().name})"
+        try:
+            yield
+        finally:
+            self.holder = None
+            self._lock.release()
+
+
+ONE_CALL = _OneCall()
+
+
+@contextlib.contextmanager
+def api_call(name):
+    """What every API entry that runs the engine does: hold :data:`ONE_CALL` (``name``: the
+    function, for the refusal's message), and leave the process as it was found."""
+    with ONE_CALL.held(name), left_as_found():
+        yield
 
 
 @contextlib.contextmanager

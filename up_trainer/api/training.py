@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..errors import ConfigError, TrainingInterrupted, join_path, short_repr
 from .config import as_config
-from .isolation import left_as_found
+from .isolation import ONE_CALL, api_call
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -74,7 +74,7 @@ def train(config, *, work_dir=None, resume=None, device=None, hooks=(), opts=(),
         kept["trainer"] = trainer
 
     interrupted = None
-    with left_as_found():
+    with api_call("train"):
         try:
             run_train(cfg.to_dict(), config_path=cfg.source, work_dir=_path_arg(work_dir, "work_dir"),
                       resume=_path_arg(resume, "resume"), device=checked_device(device), config_files=cfg.files,
@@ -96,7 +96,7 @@ def evaluate(config, checkpoint, *, work_dir=None, device=None, use_ema=True, op
     from ..run import run_eval
 
     cfg = as_config(config, opts)
-    with left_as_found():
+    with api_call("evaluate"):
         return run_eval(cfg.to_dict(), _path_arg(checkpoint, "checkpoint", required=True),
                         work_dir=_path_arg(work_dir, "work_dir"), use_ema=bool(use_ema), device=checked_device(device),
                         config_files=cfg.files)
@@ -113,8 +113,9 @@ def build_trainer(config, *, work_dir=None, device=None, with_optim=True, hooks=
 
     cfg = as_config(config, opts)
     extra = checked_hooks(hooks)
-    trainer = build(cfg.to_dict(), work_dir=_path_arg(work_dir, "work_dir"), device=checked_device(device),
-                    with_optim=bool(with_optim))
+    with ONE_CALL.held("build_trainer"):  # the build seeds and sets up the process's state
+        trainer = build(cfg.to_dict(), work_dir=_path_arg(work_dir, "work_dir"), device=checked_device(device),
+                        with_optim=bool(with_optim))
     trainer.handle_signals = False
     for hook in extra:
         trainer.hooks.add(hook)

@@ -4,6 +4,7 @@ The config reference in docs/config.rst lists exactly these fields (``up config 
 """
 from ..errors import ConfigError, did_you_mean, join_path, short_repr
 from .cache_keys import check_cache_keys
+from .worker_limits import check_worker_count
 
 REQUIRED = object()
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict", type(None): "null"}
@@ -110,7 +111,7 @@ SCHEMAS = {
         "test": Field((dict, type(None)), None, "{type, kwargs} (or UP's {dataset: {type, kwargs}})"),
         "batch_size": Field(int, 32, "training batch size per process", minimum=1),
         "test_batch_size": Field((int, type(None)), None, "evaluation batch size (default: batch_size)", minimum=1),
-        "num_workers": Field(int, 0, "DataLoader worker processes", minimum=0),
+        "num_workers": Field(int, 0, "DataLoader worker processes (at most 4 per CPU, or 32)", minimum=0),
         "pin_memory": Field(bool, False, "DataLoader pin_memory (with CUDA, batches are copied with non_blocking)"),
         "persistent_workers": Field((bool, type(None)), None, "keep the DataLoader worker processes alive from one "
                                     "epoch to the next (needs num_workers > 0); null: on when there are workers and "
@@ -250,6 +251,7 @@ def _normalize_dataset(ds):
     if ds["train"] is None and ds["test"] is None:
         raise ConfigError("dataset", "needs at least one of train / test")
     check_cache_keys(ds)
+    check_worker_count(ds["num_workers"])
     for key in ("persistent_workers", "prefetch_factor"):
         if ds[key] not in (None, False) and ds["num_workers"] == 0:
             raise ConfigError(f"dataset.{key}", "needs worker processes", "set dataset.num_workers > 0")

@@ -91,7 +91,8 @@ def _earlier_slots(directory):
     except (OSError, ValueError):
         return {}
     if not isinstance(index, dict) or index.get("version") != VERSION or index.get("token") != token.hex() \
-            or index.get("decoders") != decoders() or len(index.get("entries", ())) != len(table):
+            or index.get("decoders") != decoders() or not isinstance(index.get("entries"), list) \
+            or len(index["entries"]) != len(table) or not all(map(_is_entry, index["entries"])):
         return {}
     slots = {}
     for (path, mode, step, *identity), row in zip(index["entries"], table):
@@ -100,6 +101,18 @@ def _earlier_slots(directory):
         slots[(path, mode, step)] = (offset, nbytes, state, row["shape"].copy(), int(row["ndim"]), int(row["crc"]),
                                identity)
     return slots
+
+
+def _is_entry(entry):
+    """Whether ``entry`` has the shape :func:`_layout` writes: [path, mode, step, size, mtime_ns,
+    digest]. The index is read back like the table: a file edited, truncated or written by
+    something else is one more reason to start over, never an error."""
+    if not isinstance(entry, list) or len(entry) != 6:
+        return False
+    path, mode, step, size, mtime_ns, digest = entry
+    ints = all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (size, mtime_ns))
+    return isinstance(path, str) and isinstance(mode, str) and (step is None or isinstance(step, str)) and ints \
+        and (digest is None or isinstance(digest, str))
 
 
 def _layout(images, earlier, use_hash, budget):

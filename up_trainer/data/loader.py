@@ -9,21 +9,18 @@ The training sampler hands the dataset ``(epoch, index)`` pairs rather than bare
 epoch reaches the seeding even inside worker processes that outlive an epoch
 (``dataset.persistent_workers``): with them one DataLoader serves every epoch.
 """
-import atexit
-import gc
 import math
-import multiprocessing
-import signal
 import sys
-import weakref
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset, default_collate
+from torch.utils.data import Dataset, Sampler, Subset, default_collate
 
-from .batch_ring import BatchRing, RingCollate, unpack
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
+from .sample_errors import fetch_sample
 from .sampler import ResumableSampler
+# The worker side of the loaders (worker_loader.py); end_loader_workers is also imported from here.
+from .worker_loader import PERSISTENT_LOADERS, WorkerTrackingLoader, end_loader_workers, ignore_stop_signals  # noqa: F401
 
 
 class SeededDataset(Dataset):
@@ -38,9 +35,10 @@ class SeededDataset(Dataset):
     milliseconds.
     """
 
-    def __init__(self, dataset, seed):
+    def __init__(self, dataset, seed, split="dataset.train"):
         self.dataset = dataset
         self.seed = seed
+        self.split = split  # what an error in a sample names (sample_errors.py)
         self.epoch = 0
 
     def __len__(self):
@@ -57,7 +55,7 @@ class SeededDataset(Dataset):
 
     def __getitem__(self, item):
         self.epoch, index = item
-        return self._seeded(index, lambda: self.dataset[index])
+        return self._seeded(index, lambda: fetch_sample(self.dataset, index, self.split))
 
     def __getitems__(self, items):
         self.epoch = items[0][0]
@@ -71,12 +69,27 @@ class SeededDataset(Dataset):
             inner = inner.dataset
         begin, end = getattr(inner, "begin_batch", None), getattr(inner, "end_batch", None)
         if begin is None:
-            return [self.dataset[i] for i in indices]
+            return [fetch_sample(self.dataset, i, self.split) for i in indices]
         begin()
         try:
-            return [self.dataset[i] for i in indices]
+            return [fetch_sample(self.dataset, i, self.split) for i in indices]
         finally:
             end()
+
+
+class NamedSamples(Dataset):
+    """The evaluation set as the loader reads it: each sample fetched through
+    :func:`~up_trainer.data.sample_errors.fetch_sample`, as the training set's are."""
+
+    def __init__(self, dataset, split="dataset.test"):
+        self.dataset = dataset
+        self.split = split
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return fetch_sample(self.dataset, index, self.split)
 
 
 class EpochTagged(Sampler):
@@ -94,133 +107,6 @@ class EpochTagged(Sampler):
 
     def __len__(self):
         return len(self.sampler)
-
-
-def ignore_stop_signals(worker_id):
-    """DataLoader ``worker_init_fn``: workers ignore SIGTERM and SIGINT.
-
-    SLURM preemption, ``scancel`` and a terminal's Ctrl-C signal the whole process group. The
-    main process decides what a stop means (snapshot at the next boundary, exit 143/130);
-    a worker that died of the same signal would instead make the main process fail with
-    "DataLoader worker killed" before it gets there. Workers still end with the main process:
-    it shuts them down, and each watches its parent.
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-_PERSISTENT = weakref.WeakSet()  # loaders whose workers outlive their iterations
-
-
-_WORKERS = weakref.WeakSet()  # every worker process our loaders started
-
-
-class WorkerTrackingLoader(DataLoader):
-    """A DataLoader that records the worker processes of each iterator it starts, so that the
-    exit handler below can find them (multiprocessing drops a process's target once started).
-
-    ``transport``: how workers hand batches over; ``ring`` (batch_ring.py) sends their tensors
-    through shared memory that is reused, where DataLoader's own way (``torch``) makes a fresh
-    segment for each tensor. Without workers both are the same."""
-
-    def __init__(self, *args, transport="ring", **kwargs):
-        use_ring = transport == "ring" and kwargs.get("num_workers", 0) > 0
-        if use_ring:
-            kwargs["collate_fn"] = RingCollate(kwargs.get("collate_fn") or default_collate)
-        super().__init__(*args, **kwargs)
-        self._ring = None
-
-    def __iter__(self):
-        iterator = super().__iter__()
-        return _Unpacking(iterator) if isinstance(self.collate_fn, RingCollate) else iterator
-
-    def _start_ring(self):
-        """A fresh ring for the workers about to start (forked ones only: they inherit it)."""
-        ctx = self.multiprocessing_context or multiprocessing.get_context()
-        if ctx.get_start_method() != "fork":
-            self._ring = self.collate_fn.ring = None
-            return
-        slots = (self.prefetch_factor or 2) + 1  # what a worker has in flight, and one being filled
-        try:
-            self._ring = BatchRing(self.num_workers, slots, ctx)
-        except (OSError, ValueError, ImportError):  # no shared memory or semaphores here: DataLoader's way
-            self._ring = None
-        self.collate_fn.ring = self._ring
-
-    def _get_iterator(self):
-        if isinstance(self.collate_fn, RingCollate):
-            self._start_ring()
-        # Workers are forked with SIGTERM/SIGINT blocked, so a group signal landing before their
-        # worker_init_fn ignores it cannot kill them (the main process gets it once unblocked).
-        # Children are recorded even when starting raises, so the exit handler finds them all.
-        before = set(multiprocessing.active_children())
-        blocked = {signal.SIGTERM, signal.SIGINT}
-        masked = self.num_workers > 0 and hasattr(signal, "pthread_sigmask")
-        if masked:
-            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-        try:
-            if self.num_workers > 0:
-                # Objects that exist now move to the collector's permanent generation for the fork:
-                # a worker's collections would otherwise walk them all and write every page that
-                # holds one (copy-on-write), which ends with each worker owning a copy of the heap.
-                gc.freeze()
-            iterator = super()._get_iterator()
-            # the ring lives as long as the iterator whose workers write it (a second iterator
-            # of the same loader gets a ring of its own)
-            iterator._batch_ring = self._ring
-            return iterator
-        finally:
-            gc.unfreeze()  # the main process collects as before; its workers keep theirs frozen
-            _WORKERS.update(set(multiprocessing.active_children()) - before)
-            if masked:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
-
-
-class _Unpacking:
-    """A DataLoader iterator whose batches' ring descriptors are copied out as they are handed on."""
-
-    def __init__(self, iterator):
-        self._iterator = iterator
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return unpack(next(self._iterator))
-
-    def __len__(self):
-        return len(self._iterator)
-
-
-@atexit.register
-def _end_loader_workers():
-    end_loader_workers()
-
-
-def end_loader_workers():
-    """End every DataLoader worker before multiprocessing's own exit handler (registered
-    earlier, so it runs later) does. That handler terminates daemon children with SIGTERM,
-    which our workers ignore (:func:`ignore_stop_signals`), and then joins them without a
-    timeout: any worker still alive at exit would hang the interpreter forever. Workers are
-    alive at exit when their loader is persistent, or when a run ended (an interrupt, an
-    error) while an iterator was still referenced from a traceback.
-
-    Persistent loaders are shut down the polite way first; whatever remains is killed, which
-    is safe: a worker holds nothing but batches nobody will read. The Python API calls this
-    too when a run returns (api/isolation.py): no worker outlives the call.
-    """
-    for loader in list(_PERSISTENT):
-        iterator = getattr(loader, "_iterator", None)
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
-    alive = [process for process in list(_WORKERS) if process.is_alive()]
-    if alive and hasattr(signal, "SIGCHLD"):
-        # torch's SIGCHLD handler would raise "DataLoader worker is killed" at the first one
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for process in alive:
-        process.kill()
-    for process in alive:
-        process.join(timeout=5)
 
 
 def collate_fn_of(dataset):
@@ -304,7 +190,7 @@ class LoaderFactory:
 
     def _keep(self, loader):
         if self.persistent():
-            _PERSISTENT.add(loader)
+            PERSISTENT_LOADERS.add(loader)
             return loader
         return None
 
@@ -363,7 +249,7 @@ class LoaderFactory:
         sampler = ResumableSampler(len(self.test_set), shuffle=False, rank=self.rank,
                                    world_size=self.world_size, pad=False)
         bs = self.cfg["test_batch_size"] or self.cfg["batch_size"]
-        loader = WorkerTrackingLoader(self.test_set, batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
+        loader = WorkerTrackingLoader(NamedSamples(self.test_set), batch_size=bs, sampler=sampler, collate_fn=self._collate(self.test_set),
                             generator=torch.Generator().manual_seed(self.seed), **self._common())
         self._test = self._keep(loader)
         return loader

@@ -1,14 +1,8 @@
 """The start-of-run advice when training waits for its data: how many DataLoader workers would
 hide the loading behind the compute (the train_val_logger hook logs it once per run)."""
 import math
-import os
 
-
-def usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+from ..config.worker_limits import usable_cpus
 
 
 def worker_advice(data_s, batch_s, workers, cache="none", cpus=None):

@@ -13,6 +13,7 @@ import os
 import torch
 
 from ..data.model_input import batch_to_model
+from ..data.worker_death import worker_death
 from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
 from ..writers.run_files import storage_error
@@ -148,15 +149,20 @@ class Trainer:
             failed_write = storage_error(exc)  # a run file on a full disk: one line, after the snapshot
             if failed_write is not None:
                 raise failed_write.noted(self._where_to_resume()) from None
+            died = worker_death(exc)  # a DataLoader worker killed (out of memory): one line, after the snapshot
+            if died is not None:
+                died = died.noted(self._where_to_resume(after="resume"))
+                log.error("%s", died)
+                raise died from None
             raise
         self.store.flush()
 
-    def _where_to_resume(self):
+    def _where_to_resume(self, after="make room, then resume"):
         st, latest = self.state, self.store.path(LATEST)
         if not os.path.exists(latest):
             return f"training stopped at epoch {st.epoch} iteration {st.iter}, no checkpoint was written"
         return (f"training stopped at epoch {st.epoch} iteration {st.iter}; the newest checkpoint is {latest} "
-                "(make room, then resume: saver.auto_resume or --resume)")
+                f"({after}: saver.auto_resume or --resume)")
 
     def _already_complete(self):
         """A resumed checkpoint at the very end of this run (its last epoch and the work after

@@ -184,7 +184,7 @@ def check_data(datasets, scale_info, out_dir, decode=False, seed=0):
         summary[name] = split_stats(name, ds, scale, report, decode)
     cross_split(datasets, summary, report)
     os.makedirs(out_dir, exist_ok=True)
-    files = write_plots(datasets, summary, scale_text, out_dir, seed)
+    files = write_plots(datasets, summary, scale_text, out_dir, seed, report)
     doc = {"input_size": scale_text, "splits": {k: {x: v for x, v in s.items() if x != "box_sizes"}
                                                 for k, s in summary.items()},
            "findings": report.findings, "files": [os.path.basename(f) for f in files]}
@@ -256,11 +256,19 @@ def run_check(cfg, fmt, input_path, images, splits, out_dir, decode=False, seed=
     """(terminal lines, error findings) for a config's data sets or a data path + format."""
     entries = config_entries(cfg) if cfg is not None else format_entries(fmt, input_path, images, splits)
     check_out_dir(out_dir, entries)
-    prefix = "dataset." if cfg is not None else ""
-    keys = {name: key for key, name in SPLIT_KEYS}
-    datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}") for name, entry in entries.items()}
-    scale_info = train_scale(cfg.get("net")) if cfg is not None else train_scale(None)
-    report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
+    from ..data import readers
+
+    previous = readers._max_pixels
+    if cfg is not None:  # the run's own decoder limit: an image it would refuse is a finding here
+        readers.set_max_image_pixels((cfg.get("runtime") or {}).get("max_image_pixels", readers.DEFAULT_MAX_PIXELS))
+    try:
+        prefix = "dataset." if cfg is not None else ""
+        keys = {name: key for key, name in SPLIT_KEYS}
+        datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}") for name, entry in entries.items()}
+        scale_info = train_scale(cfg.get("net")) if cfg is not None else train_scale(None)
+        report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
+    finally:
+        readers.set_max_image_pixels(previous)
     lines = terminal_lines(report, summary, scale_info[1]) + [f"written: {', '.join(files)}"]
     return lines, report.errors()
 

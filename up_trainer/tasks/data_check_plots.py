@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 
+from ..errors import DataError
 from ..render import draw_boxes, enlarge, grid, save_png, to_uint8
 
 
@@ -72,21 +73,39 @@ def plot_box_sizes(summary, scale_text, path):
 
 
 def contact_sheet(ds, path, seed, n=16):
+    """(the sheet's path, or None when no picked image decodes; the DataError messages of the
+    picked images that do not decode). An image that cannot be decoded (truncated, over
+    runtime.max_image_pixels) is a finding of the check, not the end of it: its panel is left out."""
     rng = random.Random(seed)
     picks = sorted(rng.sample(range(len(ds.records)), min(n, len(ds.records))))
-    panels = []
+    panels, unreadable = [], []
     for i in picks:
         rec = ds.records[i]
-        image, factor = enlarge(to_uint8(ds._image(rec)), 160)
+        try:
+            pixels = ds._image(rec)
+        except DataError as exc:
+            unreadable.append(str(exc))
+            continue
+        image, factor = enlarge(to_uint8(pixels), 160)
         boxes = np.asarray(rec["boxes"], dtype=np.float32).reshape(-1, 4) * factor
         panels.append(draw_boxes(image, boxes, rec["labels"], ds.classes, width=1))
+    if not panels:
+        return None, unreadable
     save_png(grid(panels, ncol=4), path)
-    return path
+    return path, unreadable
 
 
-def write_plots(datasets, summary, scale_text, out_dir, seed):
+def write_plots(datasets, summary, scale_text, out_dir, seed, report):
+    """The PNGs; images the contact sheet could not decode are added to ``report`` (once: a
+    ``--decode`` check has reported them already)."""
     files = [plot_counts(summary, os.path.join(out_dir, "counts.png")),
              plot_box_sizes(summary, scale_text, os.path.join(out_dir, "box_sizes.png"))]
     if "train" in datasets:
-        files.append(contact_sheet(datasets["train"], os.path.join(out_dir, "train_samples.png"), seed))
+        sheet, unreadable = contact_sheet(datasets["train"], os.path.join(out_dir, "train_samples.png"), seed)
+        known = {f["message"] for f in report.findings if f["check"] == "unreadable" and f["split"] == "train"}
+        for message in unreadable:
+            if message not in known:
+                report.add("error", "unreadable", "train", message)
+        if sheet is not None:
+            files.append(sheet)
     return files
