@@ -8,7 +8,8 @@ import click
 
 from .click_errors import OneLineErrorGroup
 from .cli_data import data_group
-from .cli_options import _ARGS, _collect_opts, _resolve, _tta, config_options, tta_options
+from .cli_options import (_ARGS, _collect_opts, _resolve, _tta, config_options, oneline_options, resolve_train,
+                          tta_options)
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 
 
@@ -20,9 +21,11 @@ def main():
 
 
 @main.command(context_settings=_ARGS)
-@config_options
+@config_options(required=False)
+@oneline_options
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
-              help="run directory: checkpoints, logs and results resolve against it (default: cwd)")
+              help="run directory: checkpoints, logs and results resolve against it (default: cwd; with "
+                   "--resume, the checkpoint's own run directory)")
 @click.option("--resume", "resume", default=None, metavar="CKPT", help="resume exactly from this checkpoint")
 @click.option("-e", "--evaluate", is_flag=True, help="evaluate only (weights from --resume or saver.*)")
 @click.option("--launch", type=click.Choice(["none", "pytorch", "slurm"]), default="none", show_default=True,
@@ -38,16 +41,19 @@ def main():
                                                "batches, write nothing but the log")
 @click.pass_context
 @run_safely
-def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device, dry_run):
-    """Train (or with -e, evaluate) the model a config describes."""
+def train(ctx, config_path, opts, data, data_format, model, epochs, imgsz, batch, fresh, work_dir, resume, evaluate,
+          launch, ng, nm, port, display, seed, device, dry_run):
+    """Train (or with -e, evaluate) the model a config describes, or with --data DIR a detector
+    on that data set from a recipe (no YAML)."""
     from .run import run_train
 
     opts = _collect_opts(opts, ctx.args)
-    config_files = []
-    cfg = _resolve(config_path, opts, seed, config_files)
+    oneline = dict(data=data, data_format=data_format, model=model, epochs=epochs, imgsz=imgsz, batch=batch)
+    cfg, config_files, work_dir, run_files = resolve_train(config_path, opts, seed, device, work_dir, resume, fresh,
+                                                           oneline)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
               launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run,
-              config_files=config_files)
+              config_files=config_files, existing_run="fresh" if fresh else "refuse", run_files=run_files)
 
 
 @main.command("eval", context_settings=_ARGS)

@@ -6,12 +6,14 @@ import os
 import platform
 import shlex
 import sys
+import time
 
 import yaml
 
 from .config.redact import RedactingFilter, redact, redact_argv
-from .errors import CheckpointError, ConfigError, printable
+from .errors import CheckpointError, ConfigError, TrainingInterrupted, printable
 from .paths import check_writable, guard_output_dir  # noqa: F401  (check_writable: imported from here before)
+from .run_reuse import is_resume, move_aside, refuse_over_run, resume_command
 from .writers.run_files import appending, write_text
 
 log = logging.getLogger("up")
@@ -143,25 +145,30 @@ def hook_output_dirs(cfg, run_dir):
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
               port=None, display=None, device=None, dry_run=False, config_files=None, handle_signals=True,
-              on_built=None):
+              on_built=None, existing_run=None, run_files=None):
     """``config_files``: the config and its _base_ files (default: ``config_path``), which no
     output of the run may overwrite. ``handle_signals``: whether auto_checkpoint installs its
     SIGINT/SIGTERM/SIGUSR handlers (the CLI's process is the run's; a Python caller's is not).
     ``on_built(trainer)``: called in this process once the trainer is built, before anything
     is restored or trained (the Python API adds its hook objects there and keeps the trainer).
-    Returns what the worker returns: the final metrics."""
+    ``existing_run``: what to do when save_dir holds another run's checkpoints and this run
+    resumes none (run_reuse.py): "refuse" (the CLI), "fresh" (move them aside), None (no check).
+    ``run_files``: {name: text} written in the run dir once it is locked (``up train --data``'s
+    train.yaml and split.json). Returns what the worker returns: the final metrics."""
     from .engine.distributed_launch import launch_workers
 
     return launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
                                               display=display, device=device, dry_run=dry_run,
                                               config_files=[f for f in (config_files or [config_path]) if f],
-                                              handle_signals=handle_signals, on_built=on_built),
+                                              handle_signals=handle_signals, on_built=on_built,
+                                              existing_run=existing_run, run_files=run_files),
                           launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
-                  handle_signals=True, on_built=None):
+                  handle_signals=True, on_built=None, existing_run=None, run_files=None):
     from .engine.builder import resolve_path
+    from .engine.checkpoint import LATEST
     from .engine.distributed import DistInfo
     from .engine.run_lock import hold_dirs, written_dirs
 
@@ -177,15 +184,44 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
         resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
         guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
+        if existing_run and not evaluate_only:  # never a silent fresh start over a run (run_reuse.py)
+            refuse_over_run(cfg, resolve_path(saver["save_dir"], work_dir), resume, existing_run == "fresh")
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
     # writing any of them stops at once (engine/run_lock.py).
     locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
     with locked as stale_locks:
+        moved = None
+        if is_main and existing_run == "fresh" and not is_resume(cfg, resume):
+            moved = move_aside(run_dir, run_outputs(cfg, run_dir, work_dir, extra=tuple(run_files or ())))
+        for name, text in (run_files or {}).items() if is_main else ():
+            write_text(os.path.join(run_dir, name), text)
         setup_logging(run_dir, is_main)
+        if moved:
+            log.info("--fresh: the earlier run's files were moved to %s", moved)
         for what, path, holder in stale_locks:
             log.warning("%s lock: taking over from %s, which ended without releasing it (%s)", what, holder, path)
-        return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
-                         handle_signals, on_built)
+        try:
+            return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
+                             handle_signals, on_built)
+        except TrainingInterrupted as exc:  # the exit line says how to go on
+            latest = os.path.join(resolve_path(cfg["saver"]["save_dir"], work_dir), LATEST)
+            if not is_main or not existing_run or not os.path.exists(latest):
+                raise
+            raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest)}") from None
+
+
+def run_outputs(cfg, run_dir, work_dir, extra=()):
+    """[(what, folder, names)] of the files a run writes (what --fresh moves aside);
+    ``extra``: more names in the run dir."""
+    from .engine.run_lock import written_dirs
+
+    out = []
+    for what, path in written_dirs(cfg, run_dir, work_dir):
+        names = _output_names(what)
+        if what == "run dir":
+            names = (*names, *extra)
+        out.append((what, path, names))
+    return out + [(where, path, names) for where, path, names in hook_output_dirs(cfg, run_dir)]
 
 
 def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device, handle_signals=True,
@@ -194,7 +230,11 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
 
     if is_main:
         write_resolved_config(cfg, run_dir)
+    started = time.monotonic()
+    counted = _class_count(cfg)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
+    if is_main and _class_count(cfg) != counted:  # num_classes taken from the data: config.yaml says so
+        write_resolved_config(cfg, run_dir)
     if is_main and trainer.optim is not None:
         note_in_resolved_config(run_dir, trainer.optim.precision.describe())
     trainer.display = display
@@ -214,7 +254,40 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     trainer.train()
     if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
         write_eval_results(trainer, trainer.state.metrics, echo=False)
+    if is_main:
+        log.info("%s", summary_line(trainer, time.monotonic() - started))
     return trainer.state.metrics
+
+
+def summary_line(trainer, seconds):
+    """The run in one line: best metric and its epoch, the checkpoint to use, the time, the plots."""
+    from .engine.checkpoint import BEST, LATEST
+    from .hooks.auto_save_best import AutoSaveBest
+
+    best = next((h for h in trainer.hooks if isinstance(h, AutoSaveBest)), None)
+    parts = []
+    if best is not None and best.best is not None:
+        parts.append(f"best {best.metric} {best.best:.4f} at epoch {best.best_epoch}")
+    elif trainer.state.metrics:
+        parts.append("last " + ", ".join(f"{k} {v:.4f}" for k, v in list(trainer.state.metrics.items())[:2]
+                                         if isinstance(v, (int, float))))
+    for name in (BEST, LATEST):
+        if os.path.exists(trainer.store.path(name)):
+            parts.append(f"checkpoint {trainer.store.path(name)}")
+            break
+    minutes, secs = divmod(int(round(seconds)), 60)
+    parts.append(f"time {minutes // 60}h{minutes % 60:02d}m{secs:02d}s" if minutes >= 60 else f"time {minutes}m{secs:02d}s")
+    plots = [p for p in (os.path.join(trainer.run_dir, "results.png"),) if os.path.exists(p)]
+    if trainer.results_dir and os.path.isdir(trainer.results_dir) and any(
+            f.endswith(".png") for f in os.listdir(trainer.results_dir)):
+        plots.append(os.path.join(trainer.results_dir, "*.png"))
+    parts.append(f"plots {', '.join(plots)}" if plots else "no plots")
+    return "run finished: " + "; ".join(parts)
+
+
+def _class_count(cfg):
+    net = cfg.get("net")
+    return (net.get("kwargs") or {}).get("num_classes") if isinstance(net, dict) else None
 
 
 def _dry_run(cfg, work_dir, device, evaluate_only, resume=None):
