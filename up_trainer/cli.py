@@ -11,6 +11,7 @@ from .cli_data import data_group
 from .cli_options import (_ARGS, _collect_opts, _resolve, _tta, config_options, oneline_options, resolve_train,
                           tta_options)
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
+from .run_dirs import run_dir_inputs
 
 
 @click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,7 +58,7 @@ def train(ctx, config_path, opts, data, data_format, model, epochs, imgsz, batch
 
 
 @main.command("eval", context_settings=_ARGS)
-@config_options
+@config_options(required=False, run_dir=True)
 @click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint to evaluate")
 @click.option("--model", "model_path", default=None, metavar="FILE",
               help="or: an up export file (.onnx, .pt2) to evaluate, run by its runtime on the CPU")
@@ -72,6 +73,7 @@ def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, d
     from .run import run_eval
 
     config_files = []
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint, want_checkpoint=not model_path)
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
     tta = _tta(tta, tta_scales, tta_no_flip)
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
@@ -85,7 +87,7 @@ def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, d
 
 
 @main.command("predict", context_settings=_ARGS)
-@config_options
+@config_options(required=False, run_dir=True)
 @click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
 @click.option("--model", "model_path", default=None, metavar="FILE",
               help="or: an up export file (.onnx, .pt2) to predict with, run by its runtime on the CPU")
@@ -104,6 +106,7 @@ def predict_cmd(ctx, config_path, opts, checkpoint, model_path, input_path, out_
     from .predict import predict
     from .run import setup_logging
 
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint, want_checkpoint=not model_path)
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
     tta = _tta(tta, tta_scales, tta_no_flip)
     config_files = []
@@ -126,8 +129,9 @@ def _checkpoint_or_model(checkpoint, model_path):
 
 
 @main.command("export", context_settings=_ARGS)
-@config_options
-@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to export")
+@config_options(required=False, run_dir=True)
+@click.option("--checkpoint", default=None, metavar="CKPT",
+              help="checkpoint (or bare weights) to export (default with a run directory: its best)")
 @click.option("--format", "fmt", type=click.Choice(["onnx", "pt2", "torchscript"]), default="onnx", show_default=True,
               help="file format (pt2: torch.export; torchscript: for older torch)")
 @click.option("--form", type=click.Choice(["raw", "end2end"]), default="raw", show_default=True,
@@ -154,6 +158,9 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images
     from .export import export_model
     from .run import setup_logging
 
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint)
+    if checkpoint is None:
+        raise click.UsageError("give --checkpoint CKPT, or a run directory (--config RUN_DIR)")
     config_files = []
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)

@@ -58,17 +58,17 @@ def run_checkpoint(run_dir):
     raise UserError(f"{run_dir}: the run has no checkpoint yet ({BEST} or {LATEST} in {save_dir})")
 
 
-def run_dir_inputs(config_path, checkpoint):
+def run_dir_inputs(config_path, checkpoint, want_checkpoint=True):
     """(config, checkpoint) with a run directory given as either one expanded: the run's
-    config.yaml and (when no checkpoint is named) its best or latest checkpoint. A checkpoint
-    alone brings the config of the run it belongs to."""
+    config.yaml and (when no checkpoint is named and ``want_checkpoint``) its best or latest
+    checkpoint. A checkpoint alone brings the config of the run it belongs to."""
     run_dir = next((p for p in (config_path, checkpoint) if p and os.path.isdir(p)), None)
     if run_dir is not None:
         if save_dir_of(run_dir) is None:
             raise UserError(f"{run_dir}: not a run directory (no {CONFIG_NAME} written by up train)")
         if config_path is None or config_path == run_dir:
             config_path = os.path.join(run_dir, CONFIG_NAME)
-        if checkpoint is None or checkpoint == run_dir:
+        if (checkpoint is None and want_checkpoint) or checkpoint == run_dir:
             checkpoint = run_checkpoint(run_dir)
     elif config_path is None and checkpoint:
         owner = find_run_dir(checkpoint)
