@@ -9,7 +9,7 @@ import click
 from .click_errors import OneLineErrorGroup
 from .cli_data import data_group
 from .cli_options import (_ARGS, _collect_opts, _resolve, _tta, config_options, oneline_options, resolve_train,
-                          tta_options)
+                          tta_options, typed_command)
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
 from .run_dirs import run_dir_inputs
 
@@ -54,7 +54,8 @@ def train(ctx, config_path, opts, data, data_format, model, epochs, imgsz, batch
                                                            oneline)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
               launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run,
-              config_files=config_files, existing_run="fresh" if fresh else "refuse", run_files=run_files)
+              config_files=config_files, existing_run="fresh" if fresh else "refuse", run_files=run_files,
+              command=typed_command(ctx))
 
 
 @main.command("eval", context_settings=_ARGS)

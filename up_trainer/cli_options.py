@@ -119,3 +119,23 @@ def _resolve(config_path, opts, seed=None, files=None):
     if files is not None:
         files.extend(cfg.files)
     return dict(cfg)
+
+
+def typed_command(ctx):
+    """The arguments of the running command as the user could type them again: every option
+    given a value other than its default, in declaration order (the resume command an
+    interrupted or refused run prints)."""
+    argv = [ctx.info_name] if ctx.info_name else []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or value is None or value == param.default or value in ((), False):
+            continue
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            argv.append(flag)
+        else:
+            for item in value if param.multiple else [value]:
+                argv += [flag, str(item)]
+    for extra in ctx.args:  # UP's `--opts a=1 b=2`: the values after the first arrive as extras
+        argv += ["--opts", extra]
+    return argv

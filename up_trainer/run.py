@@ -145,7 +145,7 @@ def hook_output_dirs(cfg, run_dir):
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
               port=None, display=None, device=None, dry_run=False, config_files=None, handle_signals=True,
-              on_built=None, existing_run=None, run_files=None):
+              on_built=None, existing_run=None, run_files=None, command=()):
     """``config_files``: the config and its _base_ files (default: ``config_path``), which no
     output of the run may overwrite. ``handle_signals``: whether auto_checkpoint installs its
     SIGINT/SIGTERM/SIGUSR handlers (the CLI's process is the run's; a Python caller's is not).
@@ -154,19 +154,21 @@ def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=Fal
     ``existing_run``: what to do when save_dir holds another run's checkpoints and this run
     resumes none (run_reuse.py): "refuse" (the CLI), "fresh" (move them aside), None (no check).
     ``run_files``: {name: text} written in the run dir once it is locked (``up train --data``'s
-    train.yaml and split.json). Returns what the worker returns: the final metrics."""
+    train.yaml and split.json). ``command``: the `up train` arguments, from which the commands
+    that resume the run are written. Returns what the worker returns: the final metrics."""
     from .engine.distributed_launch import launch_workers
 
     return launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
                                               display=display, device=device, dry_run=dry_run,
                                               config_files=[f for f in (config_files or [config_path]) if f],
                                               handle_signals=handle_signals, on_built=on_built,
-                                              existing_run=existing_run, run_files=run_files),
+                                              existing_run=existing_run, run_files=run_files,
+                                              command=list(command)),
                           launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
-                  handle_signals=True, on_built=None, existing_run=None, run_files=None):
+                  handle_signals=True, on_built=None, existing_run=None, run_files=None, command=()):
     from .engine.builder import resolve_path
     from .engine.checkpoint import LATEST
     from .engine.distributed import DistInfo
@@ -185,7 +187,7 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
         guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
         if existing_run and not evaluate_only:  # never a silent fresh start over a run (run_reuse.py)
-            refuse_over_run(cfg, resolve_path(saver["save_dir"], work_dir), resume, existing_run == "fresh")
+            refuse_over_run(cfg, resolve_path(saver["save_dir"], work_dir), resume, existing_run == "fresh", command)
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
     # writing any of them stops at once (engine/run_lock.py).
     locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
@@ -207,7 +209,7 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
             latest = os.path.join(resolve_path(cfg["saver"]["save_dir"], work_dir), LATEST)
             if not is_main or not existing_run or not os.path.exists(latest):
                 raise
-            raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest)}") from None
+            raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest, command)}") from None
 
 
 def run_outputs(cfg, run_dir, work_dir, extra=()):

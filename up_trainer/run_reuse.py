@@ -15,7 +15,6 @@ import logging
 import os
 import shlex
 import shutil
-import sys
 
 from .config.redact import redact_argv
 from .engine.checkpoint import BEST, LATEST, parse_name
@@ -46,12 +45,12 @@ def newest_checkpoint(save_dir, names):
     return os.path.join(save_dir, numbered[-1][2] if numbered else names[0])
 
 
-def command_line(extra=(), drop=(FRESH_FLAG,)):
-    """This process's `up` command as the user typed it (secrets redacted), without the flags
-    in ``drop`` (and their values), plus ``extra``."""
+def command_line(argv, extra=(), drop=(FRESH_FLAG,)):
+    """The `up` command ``argv`` (its arguments, as the user gave them) without the flags in
+    ``drop`` (and their values), plus ``extra``; secrets redacted."""
     prog = os.environ.get("UP_PROG_NAME", "up")
-    argv, out, skip = redact_argv(sys.argv)[1:], [], False
-    for arg in argv:
+    out, skip = [], False
+    for arg in redact_argv(["up", *argv])[1:]:
         if skip:
             skip = False
             continue
@@ -63,8 +62,8 @@ def command_line(extra=(), drop=(FRESH_FLAG,)):
     return shlex.join([prog, *out, *extra])
 
 
-def resume_command(checkpoint):
-    return command_line(["--resume", checkpoint], drop=(FRESH_FLAG, *_VALUE_FLAGS))
+def resume_command(checkpoint, argv):
+    return command_line(argv, ["--resume", checkpoint], drop=(FRESH_FLAG, *_VALUE_FLAGS))
 
 
 def is_resume(cfg, resume):
@@ -72,17 +71,18 @@ def is_resume(cfg, resume):
     return bool(resume or saver.get("auto_resume") or saver.get("resume_model"))
 
 
-def refuse_over_run(cfg, save_dir, resume, fresh):
+def refuse_over_run(cfg, save_dir, resume, fresh, argv):
     """UserError when ``save_dir`` holds checkpoints and this run neither resumes nor was told
-    ``--fresh``; returns the checkpoint names found (what --fresh moves)."""
+    ``--fresh`` (``argv``: the command's arguments, for the two commands the message offers);
+    returns the checkpoint names found."""
     if is_resume(cfg, resume):
         return []
     names = checkpoint_files(save_dir)
     if names and not fresh:
         newest = newest_checkpoint(save_dir, names)
         raise UserError(f"{save_dir} holds the checkpoints of a run already ({len(names)}: {', '.join(names[:4])}"
-                        f"{', ...' if len(names) > 4 else ''}): continue it with `{resume_command(newest)}`, or "
-                        f"start over with `{command_line([FRESH_FLAG])}` (moves the old run's files aside)")
+                        f"{', ...' if len(names) > 4 else ''}): continue it with `{resume_command(newest, argv)}`, or "
+                        f"start over with `{command_line(argv, [FRESH_FLAG])}` (moves the old run's files aside)")
     return names
 
 
