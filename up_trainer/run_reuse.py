@@ -79,6 +79,9 @@ def refuse_over_run(cfg, save_dir, resume, fresh, argv):
         return []
     names = checkpoint_files(save_dir)
     if names and not fresh:
+        from .engine.preflight import check_buildable
+
+        check_buildable(cfg)  # a mistake in the config is the first thing to fix: said before the refusal
         newest = newest_checkpoint(save_dir, names)
         raise UserError(f"{save_dir} holds the checkpoints of a run already ({len(names)}: {', '.join(names[:4])}"
                         f"{', ...' if len(names) > 4 else ''}): continue it with `{resume_command(newest, argv)}`, or "
