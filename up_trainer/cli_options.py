@@ -81,7 +81,7 @@ def resolve_train(config_path, opts, seed, device, work_dir, resume, fresh, onel
         if data_flags:
             raise click.UsageError(f"{', '.join(data_flags)} go with --data DIR (with --config, use --opts)")
         if config_path is None:
-            raise click.UsageError("give --config CFG, or --data DIR to train on a data set with no YAML")
+            raise click.UsageError("Missing option '--config' (or --data DIR: train on a data set with no YAML)")
         files = []
         return _resolve(config_path, opts, seed, files), files, work_dir, None
     if config_path is not None:
