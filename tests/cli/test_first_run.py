@@ -9,6 +9,7 @@ import yaml
 
 from conftest import invoke
 from format_fixtures import digits_coco, write_labelme, write_voc
+from hostile_helpers import tiny_cfg, write_yaml
 
 FAST = ["--epochs", "1", "--imgsz", "64", "--batch", "4"]
 
@@ -113,3 +114,14 @@ def test_a_yaml_without_num_classes_takes_the_count_from_the_data(voc_root, tmp_
     assert result.exit_code == 0, (result.stderr[-3000:], result.exception)
     resolved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert resolved["net"]["kwargs"]["num_classes"] == 3
+
+
+def test_auto_resume_in_a_run_dir_is_a_resume_not_refused(tmp_path):
+    run = tmp_path / "run"
+    first = invoke(["train", "--config", write_yaml(tmp_path / "cfg.yaml", tiny_cfg()), "--work-dir", run])
+    assert first.exit_code == 0, (first.stderr, first.exception)
+    longer = write_yaml(tmp_path / "auto.yaml", tiny_cfg(trainer={"max_epoch": 2},
+                                                         saver={"save_dir": "checkpoints", "auto_resume": True}))
+    result = invoke(["train", "--config", longer, "--work-dir", run])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    assert (run / "checkpoints" / "ckpt_e2.pth").is_file()

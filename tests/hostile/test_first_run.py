@@ -1,12 +1,13 @@
 """A first run, as a new user makes it: the same command typed again after a finished or
 interrupted run, a resume from another directory, a recipe switched to another data format
 with --opts, and a data folder that is not what `up train --data` can read."""
+import json
 import os
 import shutil
 
 import pytest
 
-from conftest import invoke
+from conftest import REPO, invoke
 from hostile_helpers import assert_one_line, fingerprint, tiny_cfg, write_yaml
 
 
@@ -54,15 +55,6 @@ def test_resume_without_work_dir_continues_in_the_checkpoints_run_dir(finished, 
     assert os.listdir(elsewhere) == []  # no second half of the history here
 
 
-def test_auto_resume_in_a_run_dir_is_a_resume_not_refused(finished):
-    cfg, run = finished
-    longer = write_yaml(run.parent / "auto.yaml", tiny_cfg(trainer={"max_epoch": 2},
-                                                            saver={"save_dir": "checkpoints", "auto_resume": True}))
-    result = invoke(["train", "--config", longer, "--work-dir", run])
-    assert result.exit_code == 0, (result.stderr, result.exception)
-    assert (run / "checkpoints" / "ckpt_e2.pth").is_file()
-
-
 def test_fresh_and_resume_together_are_refused(finished):
     cfg, run = finished
     assert_one_line(invoke(["train", "--config", cfg, "--work-dir", run, "--fresh", "--resume",
@@ -70,10 +62,9 @@ def test_fresh_and_resume_together_are_refused(finished):
 
 
 def test_a_kwarg_left_from_the_former_type_is_named_as_such(tmp_path):
-    from up_trainer.oneline import recipe_file
-
     (tmp_path / "voc" / "Annotations").mkdir(parents=True)
-    line = assert_one_line(invoke(["config", "--config", recipe_file("atss"), "--opts", "dataset.train.type=voc",
+    recipe = os.path.join(REPO, "configs", "det", "small_data_atss.yaml")
+    line = assert_one_line(invoke(["config", "--config", recipe, "--opts", "dataset.train.type=voc",
                                    f"dataset.train.kwargs.root={tmp_path / 'voc'}"]),
                            "dataset.train.kwargs.ann_file: voc takes no 'ann_file': that is an argument of coco",
                            "left over from the type this entry had before", "remove it, or replace it")
@@ -106,3 +97,21 @@ def test_a_directory_that_is_no_run_for_eval_is_one_line(tmp_path):
     shutil.rmtree(tmp_path, ignore_errors=True)
     tmp_path.mkdir()
     assert_one_line(invoke(["eval", "--config", tmp_path]), f"{tmp_path}: not a run directory")
+
+
+def test_data_check_measures_boxes_at_the_size_the_transforms_make(tmp_path):
+    """The recipe resizes in its pipeline (keep_ar_resize_max), not in the net: boxes of
+    10-18 px in 48-px files are 3-6 px at a long side of 16, under the finest stride."""
+    from format_fixtures import det_cfg, digits_coco
+
+    (coco, img_dir, ann), = digits_coco(str(tmp_path / "src"), num_images=6, num_val_images=0).values()
+    resize = [{"type": "keep_ar_resize_max", "kwargs": {"max_size": 16}}]
+    cfg = det_cfg({"type": "coco", "kwargs": {"ann_file": ann, "img_dir": img_dir, "transforms": resize}})
+    for key in ("min_size", "max_size"):  # the net resizes nothing itself
+        del cfg["net"]["kwargs"][key]
+    result = invoke(["data", "check", "--config", write_yaml(tmp_path / "cfg.yaml", cfg), "--out", tmp_path / "out"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    assert "box sizes at the training input size (long side 16)" in result.stdout, result.stdout
+    boxes = len(coco["annotations"])
+    assert f"warning: [train] small boxes: {boxes} of {boxes} box(es) are under 8 px" in result.stdout, result.stdout
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["input_size"] == "long side 16"
