@@ -6,6 +6,7 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 
 import yaml
@@ -180,7 +181,9 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")
     if dry_run:  # writes only its log: no run-dir lock, no checkpoint directory
         setup_logging(run_dir, is_main)
-        return _dry_run(cfg, work_dir, device, evaluate_only, resume)
+        with tempfile.TemporaryDirectory(prefix="up-dry-run-") as elsewhere:  # the run files it reads (split.json)
+            return _dry_run(_run_files_moved(cfg, run_dir, run_files, elsewhere), work_dir, device, evaluate_only,
+                            resume)
     if is_main:
         saver = cfg["saver"]
         weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
@@ -210,6 +213,26 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
             if not is_main or not existing_run or not os.path.exists(latest):
                 raise
             raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest, command)}") from None
+
+
+def _run_files_moved(cfg, run_dir, run_files, folder):
+    """``cfg`` with the run files written to ``folder`` instead of the run dir (a dry run writes
+    nothing there), every value naming one of them in the run dir pointed at its copy."""
+    if not run_files:
+        return cfg
+    moved = {}
+    for name, text in run_files.items():
+        write_text(os.path.join(folder, name), text)
+        moved[os.path.abspath(os.path.join(run_dir, name))] = os.path.join(folder, name)
+
+    def swap(node):
+        if isinstance(node, dict):
+            return {k: swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        return moved.get(os.path.abspath(node), node) if isinstance(node, str) and node else node
+
+    return swap(cfg)
 
 
 def run_outputs(cfg, run_dir, work_dir, extra=()):
