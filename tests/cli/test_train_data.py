@@ -128,8 +128,8 @@ def test_auto_resume_in_a_run_dir_is_a_resume_not_refused(tmp_path):
 
 
 def test_dry_run_of_a_seeded_split_writes_nothing_but_its_log(tmp_path):
-    (coco, img_dir, _), = digits_coco(str(tmp_path / "src"), num_images=6, num_val_images=0).values()
-    folder = write_labelme(coco, img_dir, str(tmp_path / "labelme"))
+    (coco, img_dir, _), = digits_coco(str(tmp_path / "src"), num_images=10, num_val_images=0).values()
+    folder = write_labelme(coco, img_dir, str(tmp_path / "labelme"))  # 8 train images: 2 batches of 4
     result = invoke(["train", "--data", folder, *FAST, "--work-dir", tmp_path / "run", "--dry-run"])
     assert result.exit_code == 0, (result.stdout[-3000:], result.stderr[-3000:], result.exception)
     assert os.listdir(tmp_path / "run") == ["train.log"]
