@@ -280,34 +280,10 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
         write_eval_results(trainer, trainer.state.metrics, echo=False)
     if is_main:
+        from .run_summary import summary_line
+
         log.info("%s", summary_line(trainer, time.monotonic() - started))
     return trainer.state.metrics
-
-
-def summary_line(trainer, seconds):
-    """The run in one line: best metric and its epoch, the checkpoint to use, the time, the plots."""
-    from .engine.checkpoint import BEST, LATEST
-    from .hooks.auto_save_best import AutoSaveBest
-
-    best = next((h for h in trainer.hooks if isinstance(h, AutoSaveBest)), None)
-    parts = []
-    if best is not None and best.best is not None:
-        parts.append(f"best {best.metric} {best.best:.4f} at epoch {best.best_epoch}")
-    elif trainer.state.metrics:
-        parts.append("last " + ", ".join(f"{k} {v:.4f}" for k, v in list(trainer.state.metrics.items())[:2]
-                                         if isinstance(v, (int, float))))
-    for name in (BEST, LATEST):
-        if os.path.exists(trainer.store.path(name)):
-            parts.append(f"checkpoint {trainer.store.path(name)}")
-            break
-    minutes, secs = divmod(int(round(seconds)), 60)
-    parts.append(f"time {minutes // 60}h{minutes % 60:02d}m{secs:02d}s" if minutes >= 60 else f"time {minutes}m{secs:02d}s")
-    plots = [p for p in (os.path.join(trainer.run_dir, "results.png"),) if os.path.exists(p)]
-    if trainer.results_dir and os.path.isdir(trainer.results_dir) and any(
-            f.endswith(".png") for f in os.listdir(trainer.results_dir)):
-        plots.append(os.path.join(trainer.results_dir, "*.png"))
-    parts.append(f"plots {', '.join(plots)}" if plots else "no plots")
-    return "run finished: " + "; ".join(parts)
 
 
 def _class_count(cfg):
