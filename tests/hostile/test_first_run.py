@@ -87,6 +87,16 @@ def test_a_folder_of_no_known_format_is_one_line(tmp_path):
                     "no detection data set recognised")
 
 
+def test_an_unknown_recipe_or_a_wrong_format_is_one_line(tmp_path):
+    voc = tmp_path / "voc"
+    (voc / "Annotations").mkdir(parents=True)
+    assert_one_line(invoke(["train", "--data", voc, "--model", "nope", "--work-dir", tmp_path / "run"]),
+                    "--model: no recipe 'nope' (recipes: ", "atss")
+    assert_one_line(invoke(["train", "--data", voc, "--format", "yolo", "--work-dir", tmp_path / "run"]),
+                    f"--data {voc}: --format yolo needs a data.yaml")
+    assert not (tmp_path / "run").exists()
+
+
 def test_one_line_flags_without_data_are_one_line(finished):
     cfg, run = finished
     assert_one_line(invoke(["train", "--config", cfg, "--epochs", "3", "--work-dir", run]),
