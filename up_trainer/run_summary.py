@@ -13,6 +13,8 @@ def summary_line(trainer, seconds):
     to use (best, else latest), the time this command took, and where the plots are."""
     from .engine.checkpoint import BEST, LATEST
     from .hooks.auto_save_best import AutoSaveBest
+    from .hooks.eval_insight import EvalInsight
+    from .hooks.train_val_logger import TrainValLogger
 
     best = next((h for h in trainer.hooks if isinstance(h, AutoSaveBest)), None)
     parts = []
@@ -25,9 +27,15 @@ def summary_line(trainer, seconds):
     ckpt = next((trainer.store.path(n) for n in (BEST, LATEST) if os.path.exists(trainer.store.path(n))), None)
     parts.append(f"checkpoint {ckpt}" if ckpt else "no checkpoint")
     parts.append(f"time {_duration(seconds)}")
-    plots = [p for p in (os.path.join(trainer.run_dir, "results.png"),) if os.path.exists(p)]
+    # the plots this run drew (not ones an earlier run left): the logger's curves, the insight's figures
+    plots = []
+    logger = next((h for h in trainer.hooks if isinstance(h, TrainValLogger)), None)
+    curves = os.path.join(trainer.run_dir, "results.png")
+    if logger is not None and logger.plot and os.path.exists(curves):
+        plots.append(curves)
     results = trainer.results_dir
-    if results and os.path.isdir(results) and any(f.endswith(".png") for f in os.listdir(results)):
+    if any(isinstance(h, EvalInsight) for h in trainer.hooks) and results and os.path.isdir(results) and any(
+            f.endswith(".png") for f in os.listdir(results)):
         plots.append(os.path.join(results, "*.png"))
     parts.append(f"plots {', '.join(plots)}" if plots else "no plots")
     return "run finished: " + "; ".join(parts)
