@@ -128,7 +128,8 @@ def typed_command(ctx):
     argv = [ctx.info_name] if ctx.info_name else []
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
-        if not isinstance(param, click.Option) or value is None or value == param.default or value in ((), False):
+        if not isinstance(param, click.Option) or value is None or value is False or value == () or \
+                value == param.default:
             continue
         flag = max(param.opts, key=len)
         if param.is_flag:

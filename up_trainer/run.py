@@ -196,7 +196,7 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
     locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
     with locked as stale_locks:
         moved = None
-        if is_main and existing_run == "fresh" and not is_resume(cfg, resume):
+        if is_main and existing_run == "fresh" and not evaluate_only and not is_resume(cfg, resume):
             moved = move_aside(run_dir, run_outputs(cfg, run_dir, work_dir, extra=tuple(run_files or ())))
         for name, text in (run_files or {}).items() if is_main else ():
             write_text(os.path.join(run_dir, name), text)
