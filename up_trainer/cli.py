@@ -8,9 +8,11 @@ import click
 
 from .click_errors import OneLineErrorGroup
 from .cli_data import data_group
-from .cli_options import _ARGS, _collect_opts, _resolve, _tta, config_options, tta_options
-from .cli_weights import apply_pretrained, pretrained_option, weights_group
+from .cli_options import (_ARGS, _collect_opts, _resolve, _tta, config_options, oneline_options, resolve_train,
+                          tta_options, typed_command)
+from .cli_weights import pretrained_option, weights_group
 from .exits import one_line, run_safely  # noqa: F401  (one_line: imported from here before)
+from .run_dirs import run_dir_inputs
 
 
 @click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,9 +23,11 @@ def main():
 
 
 @main.command(context_settings=_ARGS)
-@config_options
+@config_options(required=False)
+@oneline_options
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
-              help="run directory: checkpoints, logs and results resolve against it (default: cwd)")
+              help="run directory: checkpoints, logs and results resolve against it (default: cwd; with "
+                   "--resume, the checkpoint's own run directory)")
 @click.option("--resume", "resume", default=None, metavar="CKPT", help="resume exactly from this checkpoint")
 @click.option("-e", "--evaluate", is_flag=True, help="evaluate only (weights from --resume or saver.*)")
 @click.option("--launch", type=click.Choice(["none", "pytorch", "slurm"]), default="none", show_default=True,
@@ -40,22 +44,24 @@ def main():
 @pretrained_option
 @click.pass_context
 @run_safely
-def train(ctx, config_path, opts, work_dir, resume, evaluate, launch, ng, nm, port, display, seed, device, dry_run,
-          pretrained):
-    """Train (or with -e, evaluate) the model a config describes."""
+def train(ctx, config_path, opts, data, data_format, model, epochs, imgsz, batch, fresh, work_dir, resume, evaluate,
+          launch, ng, nm, port, display, seed, device, dry_run, pretrained):
+    """Train (or with -e, evaluate) the model a config describes, or with --data DIR a detector
+    on that data set from a recipe (no YAML)."""
     from .run import run_train
 
     opts = _collect_opts(opts, ctx.args)
-    config_files = []
-    cfg = _resolve(config_path, opts, seed, config_files)
-    cfg = apply_pretrained(cfg, pretrained)
+    oneline = dict(data=data, data_format=data_format, model=model, epochs=epochs, imgsz=imgsz, batch=batch)
+    cfg, config_files, work_dir, run_files = resolve_train(config_path, opts, seed, device, work_dir, resume, fresh,
+                                                           oneline, pretrained)
     run_train(cfg, config_path=config_path, work_dir=work_dir, resume=resume, evaluate_only=evaluate,
               launch=launch, ng=ng, nm=nm, port=port, display=display, device=device, dry_run=dry_run,
-              config_files=config_files)
+              config_files=config_files, existing_run="fresh" if fresh else "refuse", run_files=run_files,
+              command=typed_command(ctx))
 
 
 @main.command("eval", context_settings=_ARGS)
-@config_options
+@config_options(required=False, run_dir=True)
 @click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint to evaluate")
 @click.option("--model", "model_path", default=None, metavar="FILE",
               help="or: an up export file (.onnx, .pt2) to evaluate, run by its runtime on the CPU")
@@ -70,6 +76,7 @@ def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, d
     from .run import run_eval
 
     config_files = []
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint, want_checkpoint=not model_path)
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
     tta = _tta(tta, tta_scales, tta_no_flip)
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
@@ -83,7 +90,7 @@ def eval_cmd(ctx, config_path, opts, checkpoint, model_path, work_dir, no_ema, d
 
 
 @main.command("predict", context_settings=_ARGS)
-@config_options
+@config_options(required=False, run_dir=True)
 @click.option("--checkpoint", default=None, metavar="CKPT", help="checkpoint (or bare weights) to predict with")
 @click.option("--model", "model_path", default=None, metavar="FILE",
               help="or: an up export file (.onnx, .pt2) to predict with, run by its runtime on the CPU")
@@ -102,6 +109,7 @@ def predict_cmd(ctx, config_path, opts, checkpoint, model_path, input_path, out_
     from .predict import predict
     from .run import setup_logging
 
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint, want_checkpoint=not model_path)
     checkpoint = _checkpoint_or_model(checkpoint, model_path)
     tta = _tta(tta, tta_scales, tta_no_flip)
     config_files = []
@@ -124,8 +132,9 @@ def _checkpoint_or_model(checkpoint, model_path):
 
 
 @main.command("export", context_settings=_ARGS)
-@config_options
-@click.option("--checkpoint", required=True, metavar="CKPT", help="checkpoint (or bare weights) to export")
+@config_options(required=False, run_dir=True)
+@click.option("--checkpoint", default=None, metavar="CKPT",
+              help="checkpoint (or bare weights) to export (default with a run directory: its best)")
 @click.option("--format", "fmt", type=click.Choice(["onnx", "pt2", "torchscript"]), default="onnx", show_default=True,
               help="file format (pt2: torch.export; torchscript: for older torch)")
 @click.option("--form", type=click.Choice(["raw", "end2end"]), default="raw", show_default=True,
@@ -152,6 +161,9 @@ def export_cmd(ctx, config_path, opts, checkpoint, fmt, form, int8, calib_images
     from .export import export_model
     from .run import setup_logging
 
+    config_path, checkpoint = run_dir_inputs(config_path, checkpoint)
+    if checkpoint is None:
+        raise click.UsageError("give --checkpoint CKPT, or a run directory (--config RUN_DIR)")
     config_files = []
     cfg = _resolve(config_path, _collect_opts(opts, ctx.args), files=config_files)
     setup_logging(None)

@@ -42,6 +42,9 @@ def import_user_modules(modules, path="runtime.imports"):
             raise ConfigError(join_path(path, i), f"cannot import module {name!r}: {exc}") from None
 
 
+_ALL = []  # every Registry: which kind a class belongs to, for the leftover-argument message
+
+
 class Registry:
     def __init__(self, kind, providers=(), entry_keys=("type", "kwargs")):
         self.kind = kind  # "hook", "model", ... used in messages
@@ -49,6 +52,7 @@ class Registry:
         self._providers = list(providers)
         self._entries = {}
         self._aliases = {}
+        _ALL.append(self)
 
     # -- registration ------------------------------------------------------------------
     def register(self, name=None, aliases=()):
@@ -126,6 +130,30 @@ class Registry:
             raise ConfigError(kwpath, str(exc)) from None
 
 
+def leftover_argument(obj, key, path):
+    """The error for ``key``, which ``obj`` does not take while another type of the same kind
+    does: most likely left over from the type the entry had before (``--opts
+    dataset.train.type=voc`` on a coco entry keeps its ``ann_file``). None otherwise."""
+    for registry in _ALL:
+        names = [n for n, entry in registry._entries.items() if entry is obj]
+        if not names:
+            continue
+        owners = [n for n, entry in registry._entries.items() if entry is not obj and key in _param_names(entry)]
+        if owners:
+            shown = ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
+            own = ", ".join(n for n, _ in public_params(obj)) or "none"
+            return ConfigError(path, f"{names[0]} takes no {key!r}: that is an argument of {shown}, left over from "
+                               "the type this entry had before?", f"remove it, or replace it with {names[0]}'s own: {own}")
+    return None
+
+
+def _param_names(obj):
+    try:
+        return {n for n, _ in public_params(obj)}
+    except (TypeError, ValueError):  # a builtin without a readable signature
+        return set()
+
+
 def signature_of(obj):
     return inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
 
@@ -185,6 +213,9 @@ def check_kwargs(obj, kwargs, path, provided=()):
         if key not in params:
             if has_var_kw:
                 continue
+            leftover = leftover_argument(obj, key, join_path(path, key))
+            if leftover is not None:
+                raise leftover
             raise ConfigError(join_path(path, key), "unknown argument",
                               did_you_mean(key, params) or f"accepted: {', '.join(params) or 'none'}")
         accepted = _accepted_types(hints.get(key))
@@ -205,7 +236,7 @@ MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
                                 "up_trainer.tasks.det.lvis_dataset",
-                                "up_trainer.tasks.cls.csv_dataset"])
+                                "up_trainer.tasks.cls.csv_dataset", "up_trainer.data.split_list"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator",
                                     "up_trainer.tasks.det.lvis_evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",

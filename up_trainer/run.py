@@ -6,12 +6,15 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
+import time
 
 import yaml
 
 from .config.redact import RedactingFilter, redact, redact_argv
-from .errors import CheckpointError, ConfigError, printable
+from .errors import CheckpointError, ConfigError, TrainingInterrupted, printable
 from .paths import check_writable, guard_output_dir  # noqa: F401  (check_writable: imported from here before)
+from .run_reuse import is_resume, move_aside, refuse_over_run, resume_command
 from .writers.run_files import appending, write_text
 
 log = logging.getLogger("up")
@@ -143,25 +146,32 @@ def hook_output_dirs(cfg, run_dir):
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
               port=None, display=None, device=None, dry_run=False, config_files=None, handle_signals=True,
-              on_built=None):
+              on_built=None, existing_run=None, run_files=None, command=()):
     """``config_files``: the config and its _base_ files (default: ``config_path``), which no
     output of the run may overwrite. ``handle_signals``: whether auto_checkpoint installs its
     SIGINT/SIGTERM/SIGUSR handlers (the CLI's process is the run's; a Python caller's is not).
     ``on_built(trainer)``: called in this process once the trainer is built, before anything
     is restored or trained (the Python API adds its hook objects there and keeps the trainer).
-    Returns what the worker returns: the final metrics."""
+    ``existing_run``: what to do when save_dir holds another run's checkpoints and this run
+    resumes none (run_reuse.py): "refuse" (the CLI), "fresh" (move them aside), None (no check).
+    ``run_files``: {name: text} written in the run dir once it is locked (``up train --data``'s
+    train.yaml and split.json). ``command``: the `up train` arguments, from which the commands
+    that resume the run are written. Returns what the worker returns: the final metrics."""
     from .engine.distributed_launch import launch_workers
 
     return launch_workers(_train_worker, dict(cfg=cfg, work_dir=work_dir, resume=resume, evaluate_only=evaluate_only,
                                               display=display, device=device, dry_run=dry_run,
                                               config_files=[f for f in (config_files or [config_path]) if f],
-                                              handle_signals=handle_signals, on_built=on_built),
+                                              handle_signals=handle_signals, on_built=on_built,
+                                              existing_run=existing_run, run_files=run_files,
+                                              command=list(command)),
                           launch=launch, ng=ng, nm=nm, port=port, runtime_cfg=cfg["runtime"])
 
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
-                  handle_signals=True, on_built=None):
+                  handle_signals=True, on_built=None, existing_run=None, run_files=None, command=()):
     from .engine.builder import resolve_path
+    from .engine.checkpoint import LATEST
     from .engine.distributed import DistInfo
     from .engine.run_lock import hold_dirs, written_dirs
 
@@ -171,21 +181,72 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")
     if dry_run:  # writes only its log: no run-dir lock, no checkpoint directory
         setup_logging(run_dir, is_main)
-        return _dry_run(cfg, work_dir, device, evaluate_only, resume)
+        with tempfile.TemporaryDirectory(prefix="up-dry-run-") as elsewhere:  # the run files it reads (split.json)
+            return _dry_run(_run_files_moved(cfg, run_dir, run_files, elsewhere), work_dir, device, evaluate_only,
+                            resume)
     if is_main:
         saver = cfg["saver"]
         weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
         resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
         guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
+        if existing_run and not evaluate_only:  # never a silent fresh start over a run (run_reuse.py)
+            refuse_over_run(cfg, resolve_path(saver["save_dir"], work_dir), resume, existing_run == "fresh", command)
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
     # writing any of them stops at once (engine/run_lock.py).
     locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
     with locked as stale_locks:
+        moved = None
+        if is_main and existing_run == "fresh" and not evaluate_only and not is_resume(cfg, resume):
+            moved = move_aside(run_dir, run_outputs(cfg, run_dir, work_dir, extra=tuple(run_files or ())))
+        for name, text in (run_files or {}).items() if is_main else ():
+            write_text(os.path.join(run_dir, name), text)
         setup_logging(run_dir, is_main)
+        if moved:
+            log.info("--fresh: the earlier run's files were moved to %s", moved)
         for what, path, holder in stale_locks:
             log.warning("%s lock: taking over from %s, which ended without releasing it (%s)", what, holder, path)
-        return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
-                         handle_signals, on_built)
+        try:
+            return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
+                             handle_signals, on_built)
+        except TrainingInterrupted as exc:  # the exit line says how to go on
+            latest = os.path.join(resolve_path(cfg["saver"]["save_dir"], work_dir), LATEST)
+            if not is_main or not existing_run or not os.path.exists(latest):
+                raise
+            raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest, command)}") from None
+
+
+def _run_files_moved(cfg, run_dir, run_files, folder):
+    """``cfg`` with the run files written to ``folder`` instead of the run dir (a dry run writes
+    nothing there), every value naming one of them in the run dir pointed at its copy."""
+    if not run_files:
+        return cfg
+    moved = {}
+    for name, text in run_files.items():
+        write_text(os.path.join(folder, name), text)
+        moved[os.path.abspath(os.path.join(run_dir, name))] = os.path.join(folder, name)
+
+    def swap(node):
+        if isinstance(node, dict):
+            return {k: swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        return moved.get(os.path.abspath(node), node) if isinstance(node, str) and node else node
+
+    return swap(cfg)
+
+
+def run_outputs(cfg, run_dir, work_dir, extra=()):
+    """[(what, folder, names)] of the files a run writes (what --fresh moves aside);
+    ``extra``: more names in the run dir."""
+    from .engine.run_lock import written_dirs
+
+    out = []
+    for what, path in written_dirs(cfg, run_dir, work_dir):
+        names = _output_names(what)
+        if what == "run dir":
+            names = (*names, *extra)
+        out.append((what, path, names))
+    return out + [(where, path, names) for where, path, names in hook_output_dirs(cfg, run_dir)]
 
 
 def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device, handle_signals=True,
@@ -194,7 +255,11 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
 
     if is_main:
         write_resolved_config(cfg, run_dir)
+    started = time.monotonic()
+    counted = _class_count(cfg)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=not evaluate_only)
+    if is_main and _class_count(cfg) != counted:  # num_classes taken from the data: config.yaml says so
+        write_resolved_config(cfg, run_dir)
     if is_main and trainer.optim is not None:
         note_in_resolved_config(run_dir, trainer.optim.precision.describe())
     trainer.display = display
@@ -214,7 +279,16 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
     trainer.train()
     if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
         write_eval_results(trainer, trainer.state.metrics, echo=False)
+    if is_main:
+        from .run_summary import summary_line
+
+        log.info("%s", summary_line(trainer, time.monotonic() - started))
     return trainer.state.metrics
+
+
+def _class_count(cfg):
+    net = cfg.get("net")
+    return (net.get("kwargs") or {}).get("num_classes") if isinstance(net, dict) else None
 
 
 def _dry_run(cfg, work_dir, device, evaluate_only, resume=None):

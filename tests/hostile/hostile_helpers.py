@@ -69,6 +69,13 @@ def copy_run(trained_run, dest):
     return dest / "checkpoints"
 
 
+def moved_aside(run_dir):
+    """The save_dir of the run ``--fresh`` moved aside in ``run_dir`` (its one replaced-* folder)."""
+    moved = [d for d in os.listdir(run_dir) if d.startswith("replaced-")]
+    assert len(moved) == 1, os.listdir(run_dir)
+    return os.path.join(run_dir, moved[0], "checkpoints")
+
+
 def seed_checkpoint(save_dir):
     """A checkpoint an earlier run left (a stand-in): whatever the attack, it stays as it is.
     Returns the fingerprint to compare with afterwards."""

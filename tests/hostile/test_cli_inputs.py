@@ -28,7 +28,8 @@ def test_fifo_as_checkpoint_and_as_pretrained_weights(tmp_path, trained_run):  #
         cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(saver={"save_dir": "checkpoints",
                                                                 "pretrain_model": str(pipe)}))
         assert_one_line(invoke(["eval", "--config", cfg, "--checkpoint", pipe]), f"{pipe} is a FIFO")
-        assert_one_line(invoke(["train", "--config", cfg, "--work-dir", tmp_path]),
+        # in a run dir of its own: tmp_path holds a run's checkpoints, a fresh start there is refused first
+        assert_one_line(invoke(["train", "--config", cfg, "--work-dir", tmp_path / "run"]),
                         f"saver.pretrain_model: weights file {pipe} is a FIFO (named pipe), not a regular file")
         assert_one_line(invoke(["train", "--config", cfg, "--work-dir", tmp_path, "--resume", pipe]),
                         f"--resume: checkpoint {pipe} is a FIFO (named pipe), not a regular file")

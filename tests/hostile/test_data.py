@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import REPO, invoke
-from hostile_helpers import assert_one_line, copy_run, fingerprint, trained_run  # noqa: F401
+from hostile_helpers import assert_one_line, copy_run, fingerprint, moved_aside, trained_run  # noqa: F401
 
 DIGITS_CLS = os.path.join(REPO, "configs", "cls", "digits_resnet18.yaml")
 DIGITS_DET = os.path.join(REPO, "configs", "det", "digits_fcos.yaml")
@@ -14,11 +14,12 @@ DIGITS_DET = os.path.join(REPO, "configs", "det", "digits_fcos.yaml")
 def test_cls_net_with_fewer_classes_than_the_data(tmp_path, trained_run):  # noqa: F811
     save_dir = copy_run(trained_run, tmp_path)
     before = fingerprint(save_dir)
-    result = invoke(["train", "--config", DIGITS_CLS, "--work-dir", tmp_path, "--opts", "net.kwargs.num_classes=5",
-                     "dataset.train.kwargs.subset=16", "dataset.test.kwargs.subset=16"])
+    # over another run's checkpoints only with --fresh (else refused): they are moved aside, intact
+    result = invoke(["train", "--config", DIGITS_CLS, "--work-dir", tmp_path, "--fresh", "--opts",
+                     "net.kwargs.num_classes=5", "dataset.train.kwargs.subset=16", "dataset.test.kwargs.subset=16"])
     assert_one_line(result, "net.kwargs.num_classes: the net predicts 5 classes but dataset.train has 10",
                     "set net.kwargs.num_classes: 10")
-    assert fingerprint(save_dir) == before
+    assert fingerprint(moved_aside(tmp_path)) == before and fingerprint(save_dir) == {}
 
 
 def test_det_net_with_fewer_classes_than_the_data(tmp_path):
@@ -68,12 +69,12 @@ def folder_cfg(root, **runtime):
                     net={"type": "test_mlp", "kwargs": {"in_features": 64, "num_classes": 2}})
 
 
-def train_folder(tmp_path, root, **runtime):
+def train_folder(tmp_path, root, fresh=False, **runtime):
     from hostile_helpers import write_yaml
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = write_yaml(tmp_path / "cfg.yaml", folder_cfg(root, **runtime))
-    return invoke(["train", "--config", cfg, "--work-dir", tmp_path])
+    return invoke(["train", "--config", cfg, "--work-dir", tmp_path, *(["--fresh"] if fresh else [])])
 
 
 def test_decompression_bomb_png_is_one_line(tmp_path, trained_run):  # noqa: F811
@@ -81,10 +82,10 @@ def test_decompression_bomb_png_is_one_line(tmp_path, trained_run):  # noqa: F81
     before = fingerprint(save_dir)
     save_png(tmp_path / "data" / "a" / "ok.png", 8, 8)
     png_header_only(tmp_path / "data" / "b" / "bomb.png", 20000, 20000)
-    result = train_folder(tmp_path, tmp_path / "data")
+    result = train_folder(tmp_path, tmp_path / "data", fresh=True)
     assert_one_line(result, f"image {tmp_path / 'data' / 'b' / 'bomb.png'} has 20000 x 20000 pixels, more than "
                     "runtime.max_image_pixels (89478485); raise that limit (or set it to null) if the file is trusted")
-    assert fingerprint(save_dir) == before
+    assert fingerprint(moved_aside(tmp_path)) == before and fingerprint(save_dir) == {}
 
 
 def test_fifo_named_as_an_image_is_one_line(tmp_path):
@@ -113,10 +114,11 @@ def test_images_of_different_sizes_without_a_resize(tmp_path, trained_run):  # n
     before = fingerprint(save_dir)
     save_png(tmp_path / "data" / "a" / "small.png", 8, 8)
     save_png(tmp_path / "data" / "b" / "large.png", 10, 12)
-    result = train_folder(tmp_path, tmp_path / "data")
+    result = train_folder(tmp_path, tmp_path / "data", fresh=True)
     assert_one_line(result, "images of different sizes in one batch: ", "add a resize to the dataset's transforms, "
                     "e.g. {type: Resize, kwargs: {size: [224, 224]}}")
-    assert fingerprint(save_dir) == before  # no exception snapshot of an untrained state moved latest
+    # the earlier run moved aside intact, and no exception snapshot of an untrained state written
+    assert fingerprint(moved_aside(tmp_path)) == before and fingerprint(save_dir) == {}
 
 
 COCO_CATEGORY_CASES = [

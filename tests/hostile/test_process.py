@@ -68,7 +68,8 @@ def test_sigterm_to_the_process_group_with_two_workers_exits_143_and_requeues(tm
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, (out[-3000:], err[-3000:])
     assert "Traceback" not in err and "killed by signal" not in out + err, err[-3000:]
-    assert err.strip().splitlines()[-1] == "up: SIGTERM received; snapshot written, exiting"
+    assert err.strip().splitlines()[-1].startswith("up: SIGTERM received; snapshot written, exiting; resume with: up "
+                                                   "train --config ")
     ckpts = tmp_path / "run" / "checkpoints"
     snap = torch.load(ckpts / "ckpt_e1-i1.pth", map_location="cpu", weights_only=True)
     assert (snap["iter"], snap["state"]["epoch_iter"]) == (1, 1)

@@ -125,7 +125,11 @@ def test_second_sigterm_during_the_snapshot_write_still_completes_it(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, (proc.returncode, out[-3000:], err[-3000:])
-    assert err.strip().splitlines()[-1] == "up: SIGTERM received; snapshot written, exiting", err[-3000:]
+    last = err.strip().splitlines()[-1]  # the exit line says how to resume
+    assert last.startswith("up: SIGTERM received; snapshot written, exiting; resume with: up train "), last
+    resume_args = last.split("resume with: up train ", 1)[1].split()
+    assert sorted(resume_args) == sorted(["--config", cfg, "--work-dir", str(run_dir),
+                                          "--resume", str(run_dir / "checkpoints" / "ckpt_latest.pth")]), last
     ckpts = run_dir / "checkpoints"
     assert torch.load(ckpts / "ckpt_e1-i1.pth", weights_only=True)["iter"] == 1
     assert os.path.samefile(ckpts / "ckpt_latest.pth", ckpts / "ckpt_e1-i1.pth")

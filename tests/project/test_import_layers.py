@@ -36,7 +36,7 @@ LAYERS = [
     ["tasks", "tta"],
     ["engine", "distill"],
     ["hooks"],
-    ["run", "predict", "flops", "export", "api"],
+    ["run", "run_reuse", "run_dirs", "run_summary", "oneline", "predict", "flops", "export", "api"],
     ["cli", "cli_options", "cli_data", "cli_weights", "click_errors", "__main__"],
 ]
 

@@ -149,6 +149,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
                      resolve_path(ds["cache_dir"] or "image_cache", work_dir), dist.rank, dist.world_size)
     loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size)
 
+    fill_class_count(cfg["net"], train_set if train_set is not None else test_set)
     seed_everything(rt["seed"])  # identical initial weights on every rank
     model = build_model(cfg["net"])
     if rt["special_bn_init"]:
@@ -176,6 +177,25 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     loaders.epochs = trainer.max_epoch if train_set is not None and with_optim else 1
     trainer.class_names = class_names
     return trainer
+
+
+def fill_class_count(net_cfg, dataset):
+    """A detection net whose kwargs leave ``num_classes`` out gets the count of the data's
+    classes (written into the config, so config.yaml and the checkpoints record it)."""
+    from ..tasks.det.datasets import DetDataset
+
+    if not isinstance(net_cfg, dict) or not isinstance(dataset, DetDataset) or not isinstance(net_cfg.get("type"), str):
+        return
+    kwargs = net_cfg.get("kwargs") if isinstance(net_cfg.get("kwargs"), dict) else None
+    if kwargs is not None and "num_classes" in kwargs:
+        return
+    from ..registry import MODELS, public_params
+
+    if "num_classes" not in dict(public_params(MODELS.get(net_cfg["type"], "net.type"))):
+        return
+    net_cfg["kwargs"] = dict(kwargs or {}, num_classes=dataset.num_classes)
+    log.info("net.kwargs.num_classes: %d, from the data's classes (%s)", dataset.num_classes,
+             ", ".join(map(str, dataset.classes[:20])) + (", ..." if dataset.num_classes > 20 else ""))
 
 
 def check_class_count(model, net_cfg, datasets):

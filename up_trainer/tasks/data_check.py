@@ -55,6 +55,34 @@ def train_scale(net_cfg):
     return (lambda h, w: 1.0), "file size (the config's net names no min_size)"
 
 
+def pipeline_scale(ds):
+    """(function (h, w) -> scale, description) of the keep-ratio resize in a dataset's pipeline
+    (keep_ar_resize_max and its UP spellings), or None when it resizes nothing. Several scales
+    (multi-scale training): the smallest, where small boxes are smallest."""
+    from .det.pipeline import pipeline_ops
+    from .det.transforms import KeepRatioResize
+
+    op = next((o for o in pipeline_ops(getattr(ds, "transform", None)) if isinstance(o, KeepRatioResize)), None)
+    if op is None:
+        return None
+    if op.scales is not None:
+        lo = min(op.scales)
+        return (lambda h, w: min(lo / min(h, w), op.max_size / max(h, w))), f"short side {lo}, long side <= {op.max_size}"
+    side = op.random_size[0] * op.scale_step if op.random_size is not None else op.max_size
+    return (lambda h, w: side / max(h, w)), f"long side {side}"
+
+
+def input_scale(ds, net_cfg):
+    """The scale boxes have at the model's input: the dataset's resize, then the net's own."""
+    piped, (net_fn, net_text) = pipeline_scale(ds), train_scale(net_cfg)
+    if piped is None:
+        return net_fn, net_text
+    pipe_fn, pipe_text = piped
+    if net_text.startswith("file size"):
+        return pipe_fn, pipe_text
+    return (lambda h, w: pipe_fn(h, w) * net_fn(h * pipe_fn(h, w), w * pipe_fn(h, w))), f"{pipe_text}, then {net_text}"
+
+
 def file_hash(path):
     digest = hashlib.sha1()
     with open(path, "rb") as f:
@@ -265,7 +293,8 @@ def run_check(cfg, fmt, input_path, images, splits, out_dir, decode=False, seed=
         prefix = "dataset." if cfg is not None else ""
         keys = {name: key for key, name in SPLIT_KEYS}
         datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}") for name, entry in entries.items()}
-        scale_info = train_scale(cfg.get("net")) if cfg is not None else train_scale(None)
+        first = datasets.get("train") or next(iter(datasets.values()))
+        scale_info = input_scale(first, cfg.get("net")) if cfg is not None else train_scale(None)
         report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
     finally:
         readers.set_max_image_pixels(previous)
