@@ -50,7 +50,7 @@ def _deep():
     (_cycle(), "trainer.again", "contains itself"),
     (_deep(), "runtime", "nested deeper"),
     (fast_cfg(trainer={"max_epoch": float("nan")}), "trainer.max_epoch", ""),
-    (fast_cfg(trainer={"max_epoch": np.int64(2)}), "trainer.max_epoch", "numpy.int64"),
+    (fast_cfg(trainer={"max_epoch": np.arange(2)}), "trainer.max_epoch", "numpy.ndarray"),  # scalars convert
     ({"_base_": 7}, "_base_", "file name"),
     ({"_base_": "/nonexistent/base.yaml"}, "_base_", "not found"),
 ])
