@@ -32,6 +32,9 @@ def entry_keys(entries, classes, path="hooks"):
         if "name" in entry and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name)):
             raise ConfigError(join_path(p, "name"), f"expected a word of letters, digits, _ or -, got {short_repr(name)}")
         htype = entry.get("type")
+        if name is None and not isinstance(htype, str):
+            keys.append(None)  # a missing or malformed type: building the entry reports it
+            continue
         if name is None and cls is not None and keeps_state(cls):
             if htype in unnamed_at:
                 raise ConfigError(p, f"{htype} is also listed at {unnamed_at[htype]} and both keep state in "
