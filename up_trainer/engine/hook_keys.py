@@ -10,12 +10,6 @@ position. Checkpoints written before names existed keyed repeats by position (``
 import re
 
 from ..errors import CheckpointError, ConfigError, join_path, short_repr
-from .hooks import Hook
-
-
-def keeps_state(cls):
-    """Whether a hook class saves anything in checkpoints (it overrides state_dict)."""
-    return getattr(cls, "state_dict", None) is not Hook.state_dict
 
 
 def entry_keys(entries, classes, path="hooks"):
@@ -35,7 +29,7 @@ def entry_keys(entries, classes, path="hooks"):
         if name is None and not isinstance(htype, str):
             keys.append(None)  # a missing or malformed type: building the entry reports it
             continue
-        if name is None and cls is not None and keeps_state(cls):
+        if name is None and cls is not None and cls.keeps_state():
             if htype in unnamed_at:
                 raise ConfigError(p, f"{htype} is also listed at {unnamed_at[htype]} and both keep state in "
                                   "checkpoints, which a resume could only match by list position",
@@ -43,7 +37,7 @@ def entry_keys(entries, classes, path="hooks"):
                                   "kwargs: ...}, so each state follows its hook")
             unnamed_at[htype] = p
         key = name if name is not None else htype
-        if key in owner and (name is not None or (cls is not None and keeps_state(cls))):
+        if key in owner and (name is not None or (cls is not None and cls.keeps_state())):
             raise ConfigError(join_path(p, "name") if name is not None else p,
                               f"{key!r} is already the state key of {owner[key]}", "give each hook its own `name:`")
         owner.setdefault(key, p)
@@ -62,7 +56,7 @@ def saved_state_for(hooks, states):
     claimed = {h.name for h in hooks}
     waiting = {}  # type -> hooks of that type without a state of their own key
     for h in hooks:
-        if h not in found and keeps_state(type(h)):
+        if h not in found and type(h).keeps_state():
             waiting.setdefault(h.type_name, []).append(h)
     for htype, owners in waiting.items():
         legacy = sorted(k for k in states if k not in claimed and re.fullmatch(re.escape(htype) + r"(_\d+)?", k))

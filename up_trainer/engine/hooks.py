@@ -91,6 +91,11 @@ class Hook:
         pass
 
     @classmethod
+    def keeps_state(cls):
+        """Whether this hook saves anything in checkpoints: it overrides state_dict."""
+        return cls.state_dict is not Hook.state_dict
+
+    @classmethod
     def output_dirs(cls, kwargs):
         """[(kwarg name, folder, names)] for each folder this hook would write files in, given
         its YAML ``kwargs`` (defaults not filled in): the folder as configured (relative to the
