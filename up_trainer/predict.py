@@ -20,6 +20,7 @@ import stat
 
 import torch
 
+from . import atomic
 from .errors import CheckpointError, ConfigError, DataError
 from .paths import guard_output_dir, kind_of
 from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
@@ -257,7 +258,7 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     predictor = Predictor(cfg, checkpoint, device, use_ema, tta)
     os.makedirs(out_dir, exist_ok=True)
     records = []
-    with open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
+    with atomic.opened(os.path.join(out_dir, "predictions.jsonl")) as jf:  # no half file after a crash
         for path in files:
             image = predictor.load(path)
             rec, drawn = file_record(path, image, predictor.predict(image), score_thr, predictor.classes)

@@ -4,9 +4,10 @@ the layers or within one, and no module imports itself back through others.
 Layers, lowest first. A module may import its own layer and the ones below, never above:
 
 0. errors                       what a user did wrong, as exceptions
-1. registry, config, exits, paths
+1. registry, config, exits, paths, atomic
                                 names -> builders; YAML -> validated dict; the exit-code policy;
-                                opening user-named inputs and guarding outputs
+                                opening user-named inputs and guarding outputs; the one
+                                atomic file write
 2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
@@ -31,7 +32,7 @@ from conftest import REPO
 PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
-    ["registry", "config", "exits", "paths"],
+    ["registry", "config", "exits", "paths", "atomic"],
     ["weights", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks", "tta"],
     ["engine", "distill"],

@@ -23,13 +23,13 @@ one line; the file stays for inspection). ``<out>.json`` beside the model record
 outputs, the weights used, the tolerance, the measured error and, for raw heads, the decode
 parameters.
 """
-import json
 import logging
 import math
 import os
 
 import torch
 
+from ..atomic import write_json
 from ..errors import ConfigError
 from .dense import DENSE_FAMILIES
 from .two_stage import TWO_STAGE_KINDS
@@ -152,8 +152,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
             record = _export_raw_heads(model, size, fmt, out, opset, dynamic_size)
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
                   verified_batches=list(VERIFY_BATCHES))
-    with open(out + ".json", "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    write_json(out + ".json", record, indent=2)
     error = record["max_error"]
     if not error <= tolerance:
         raise ExportMismatch(f"export verification failed: {fmt} output differs from PyTorch by "
