@@ -314,3 +314,19 @@ def test_every_import_of_the_package_resolves():
     known = modules(REPO)
     graph = import_graph(REPO)
     assert sorted(f"{a} imports {b}" for a, deps in graph.items() for b in deps if b not in known) == []
+
+
+def test_the_layout_page_names_every_layer_room_and_module():
+    """docs/layout.rst shows the layers as LAYERS has them, every folder of the package and
+    every top-level module: a room added without a line there fails here."""
+    doc = open(os.path.join(REPO, "docs", "layout.rst"), encoding="utf-8").read()
+    root = os.path.join(REPO, PACKAGE)
+    missing = [f"layer {i}: {name}" for i, names in enumerate(LAYERS) for name in names
+               if name and f"``{name}``" not in doc]
+    for entry in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, entry)) and os.path.exists(os.path.join(root, entry, "__init__.py")):
+            if f"``{PACKAGE}/{entry}``" not in doc:
+                missing.append(f"folder {PACKAGE}/{entry}")
+        elif entry.endswith(".py") and f"``{entry}``" not in doc:
+            missing.append(f"module {entry}")
+    assert missing == []
