@@ -21,7 +21,7 @@ import stat
 import torch
 
 from . import atomic
-from .errors import CheckpointError, ConfigError, DataError
+from .errors import ConfigError, DataError
 from .paths import guard_output_dir, kind_of
 from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
 
@@ -48,23 +48,19 @@ def list_inputs(path):
 
 
 # -- model and data ------------------------------------------------------------------------------
-def load_model(cfg, checkpoint, device, use_ema=True):
-    from .engine.checkpoint import load_checkpoint
-    from .weights import load_weights
+def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
+    """The config's net with the checkpoint's inference weights (``weights``: those already
+    chosen by inference_weights, else chosen here), on ``device``, in eval mode."""
     from .engine.checkpoint_fit import load_fitting_weights
+    from .engine.checkpoint_load import inference_weights
     from .registry import import_user_modules
     from .tasks.net import build_model
 
     import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
     model = build_model(cfg["net"])
-    try:
-        ckpt = load_checkpoint(checkpoint)
-        weights = ckpt["model"]
-        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
-            weights = ckpt["ema"]["model"]
-    except CheckpointError:
-        weights = load_weights(checkpoint)
-    load_fitting_weights(model, weights, checkpoint)
+    if weights is None:
+        weights = inference_weights(checkpoint, use_ema)
+    load_fitting_weights(model, weights.state, checkpoint)
     model = model.to(device).eval()
     fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
     if callable(fuse):

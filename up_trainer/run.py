@@ -261,10 +261,9 @@ def write_eval_results(trainer, metrics, echo=True):
 
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=(), tta=None):
     from .engine.builder import build_trainer, resolve_path
-    from .engine.checkpoint import load_checkpoint
     from .engine.checkpoint_fit import load_fitting_weights
+    from .engine.checkpoint_load import inference_weights
     from .engine.hooks import HookList
-    from .weights import load_weights
 
     if cfg["saver"]["save_result"] and cfg["saver"]["results_dir"]:  # the only directory eval writes
         guard_output_dir(resolve_path(cfg["saver"]["results_dir"], work_dir), "saver.results_dir",
@@ -272,15 +271,10 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
     setup_logging(None)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)
     trainer.hooks = HookList()  # training hooks (EMA swaps, best keeping) must not act on these weights
-    try:
-        ckpt = load_checkpoint(checkpoint)
-        weights = ckpt["model"]
-        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
-            weights = ckpt["ema"]["model"]
-            log.info("evaluating the EMA weights (--no-ema for the raw ones)")
-    except CheckpointError:
-        weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
-    load_fitting_weights(trainer.module, weights, checkpoint)
+    weights = inference_weights(checkpoint, use_ema)
+    if weights.kind == "ema":
+        log.info("evaluating the EMA weights (--no-ema for the raw ones)")
+    load_fitting_weights(trainer.module, weights.state, checkpoint)
     require_evaluator(trainer)
     if tta:  # {"scales": [...], "flip": bool}: the evaluated model sees every view (tta.py)
         from .tta import with_tta
