@@ -111,34 +111,16 @@ def _output_names(what):
     return lambda name: name.startswith("events.out.tfevents.")  # a logger's logdir
 
 
-def guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, inputs, resumed=()):
-    """The output guard (paths.py) on every directory the run writes, before anything is
-    created. ``resumed``: checkpoints the run continues from; in save_dir they are the run's
-    own state, which it replaces on purpose (auto_resume's ckpt_latest.pth)."""
-    from .engine.run_lock import written_dirs
-
-    for what, path in written_dirs(cfg, run_dir, work_dir, evaluate_only):
-        shown = what if what != "run dir" else "--work-dir" if work_dir else "the run directory (the current one)"
+def guard_run_outputs(paths, inputs, resumed=()):
+    """The output guard (paths.py) on every directory the run writes (a RunPaths), before
+    anything is created. ``resumed``: checkpoints the run continues from; in save_dir they are
+    the run's own state, which it replaces on purpose (auto_resume's ckpt_latest.pth)."""
+    for what, path in paths.own_dirs():
+        shown = what if what != "run dir" else "--work-dir" if paths.work_dir else "the run directory (the current one)"
         guarded = inputs if what == "saver.save_dir" else [*inputs, *resumed]
         guard_output_dir(path, shown, inputs=guarded, writes=_output_names(what))
-    for where, path, names in hook_output_dirs(cfg, run_dir):
-        guard_output_dir(path, where, inputs=[*inputs, *resumed], writes=names)
-
-
-def hook_output_dirs(cfg, run_dir):
-    """[(key path, folder, names)] of the folders the configured hooks write files in (each
-    hook class says which: Hook.output_dirs), relative folders against the run dir."""
-    from .registry import HOOKS
-
-    found = []
-    for i, entry in enumerate(cfg.get("hooks") or []):
-        if not isinstance(entry, dict) or entry.get("type") not in HOOKS:
-            continue  # a hook with no type or an unknown one is reported where hooks are built
-        kwargs = entry.get("kwargs") or {}
-        for key, folder, names in HOOKS.get(entry["type"]).output_dirs(kwargs):
-            if isinstance(folder, str) and folder:
-                found.append((f"hooks[{i}].kwargs.{key}", os.path.join(run_dir, folder), names))
-    return found
+    for d in paths.hook_dirs:
+        guard_output_dir(d.path, d.key, inputs=[*inputs, *resumed], writes=d.names)
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
@@ -161,11 +143,12 @@ def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=Fal
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
                   handle_signals=True, on_built=None):
-    from .engine.builder import resolve_path
     from .engine.distributed import DistInfo
-    from .engine.run_lock import hold_dirs, written_dirs
+    from .run_lock import hold_dirs
+    from .run_paths import RunPaths
 
-    run_dir = work_dir or os.getcwd()
+    paths = RunPaths.of(cfg, work_dir, evaluate_only)  # the guard and the locks see the same folders
+    run_dir = paths.run_dir
     is_main = DistInfo().is_main
     if resume and not os.path.exists(resume):  # before anything is locked or written
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")
@@ -174,12 +157,12 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
         return _dry_run(cfg, work_dir, device, evaluate_only, resume)
     if is_main:
         saver = cfg["saver"]
-        weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
-        resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
-        guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
+        weights = [paths.resolve(saver["pretrain_model"])] if saver["pretrain_model"] else []
+        resumed = [paths.resolve(p) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
+        guard_run_outputs(paths, [*config_files, *weights], resumed)
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
-    # writing any of them stops at once (engine/run_lock.py).
-    locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
+    # writing any of them stops at once (run_lock.py).
+    locked = hold_dirs(paths.written()) if is_main else contextlib.nullcontext([])
     with locked as stale_locks:
         setup_logging(run_dir, is_main)
         for what, path, holder in stale_locks:

@@ -14,8 +14,9 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
 4. engine, distill              trainer, hook dispatch, checkpoints, optimization, the builder;
                                 teachers and mimic losses hooked onto the student
 5. hooks                        every feature of a run, on top of the engine's events
-6. run, predict, flops, export, api
-                                what the commands do; the Python API over them
+6. run, run_paths, run_lock, predict, flops, export, api
+                                what the commands do (where a run writes, its directory
+                                locks); the Python API over them
 7. cli, click_errors, __main__  the `up` command
 
 Across the layers runs one more boundary: UP's dialect. The modules that read UP's form
@@ -37,7 +38,7 @@ LAYERS = [
     ["tasks", "tta"],
     ["engine", "distill"],
     ["hooks"],
-    ["run", "predict", "flops", "export", "api"],
+    ["run", "run_paths", "run_lock", "predict", "flops", "export", "api"],
     ["cli", "cli_options", "cli_data", "click_errors", "__main__"],
 ]
 

@@ -79,6 +79,7 @@ class Hook:
 
     priority = "NORMAL"
     allow_multiple = False
+    lock_outputs = False  # whether `up train` locks this hook's output_dirs for the run (run_lock.py)
 
     def __init__(self):
         self.name = None  # set by HookList: the state key (the entry's name:, else the registry type)
