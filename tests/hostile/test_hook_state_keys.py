@@ -90,3 +90,12 @@ def test_position_keyed_states_of_two_hooks_are_refused_not_guessed(tmp_path):
     assert_one_line(res, "keeps 2 early_stopping states by list position (early_stopping, early_stopping_2)",
                     "`name: early_stopping`")
     assert fingerprint(work / "checkpoints") == before
+
+
+def test_a_named_hook_is_still_found_by_its_type_and_a_null_name_is_no_name():
+    from up_trainer.engine.builder import build_hooks
+
+    hooks = build_hooks([{"type": "train_val_logger", "name": "main_log", "kwargs": {"summary_writer": "none"}},
+                         {"type": "early_stopping", "name": None}])
+    assert hooks.get("train_val_logger") is hooks.get("main_log") is not None  # send_images looks it up by type
+    assert [h.name for h in hooks if h.type_name == "early_stopping"] == ["early_stopping"]

@@ -23,7 +23,7 @@ def entry_keys(entries, classes, path="hooks"):
     for i, (entry, cls) in enumerate(zip(entries, classes)):
         p = join_path(path, i)
         name = entry.get("name")
-        if "name" in entry and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name)):
+        if name is not None and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name)):
             raise ConfigError(join_path(p, "name"), f"expected a word of letters, digits, _ or -, got {short_repr(name)}")
         htype = entry.get("type")
         if name is None and not isinstance(htype, str):

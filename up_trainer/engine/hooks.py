@@ -145,10 +145,12 @@ class HookList:
         return len(self._hooks)
 
     def get(self, name):
+        """The hook whose state key is ``name``, else the first of type ``name`` (a logger
+        given a ``name:`` is still ``get("train_val_logger")``)."""
         for h in self:
             if h.name == name:
                 return h
-        return None
+        return next((h for h in self if h.type_name == name), None)
 
     def handlers(self, event):
         """Bound methods of hooks overriding ``event``, in order (cached: hot path)."""
