@@ -99,3 +99,12 @@ def test_a_named_hook_is_still_found_by_its_type_and_a_null_name_is_no_name():
                          {"type": "early_stopping", "name": None}])
     assert hooks.get("train_val_logger") is hooks.get("main_log") is not None  # send_images looks it up by type
     assert [h.name for h in hooks if h.type_name == "early_stopping"] == ["early_stopping"]
+
+
+def test_one_position_keyed_state_that_two_named_hooks_could_take_is_refused(tmp_path):
+    work = tmp_path / "run"
+    path, _ = legacy_checkpoint(work, tmp_path, ["early_stopping"])
+    cfg = tiny_cfg(hooks=[BY_TOP5, BY_TOP1], trainer={"max_epoch": 2})
+    res = invoke(["train", "--config", write_yaml(tmp_path / "new.yaml", cfg), "--work-dir", work, "--resume", path])
+    assert_one_line(res, "keeps one early_stopping state (early_stopping) and 2 of this run's early_stopping hooks",
+                    "`name: early_stopping`")

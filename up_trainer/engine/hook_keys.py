@@ -65,6 +65,10 @@ def saved_state_for(hooks, states):
         if len(legacy) == 1 and len(owners) == 1:
             found[owners[0]] = states[legacy[0]]
             continue
+        if len(legacy) == 1:
+            raise CheckpointError(f"hooks: the checkpoint keeps one {htype} state ({legacy[0]}) and {len(owners)} of "
+                                  f"this run's {htype} hooks could take it; give the one it belongs to "
+                                  f"`name: {legacy[0]}`")
         raise CheckpointError(f"hooks: the checkpoint keeps {len(legacy)} {htype} states by list position "
                               f"({', '.join(legacy)}), so which of this run's {htype} hooks each belongs to is "
                               f"unknown; give the hooks these names (`name: {legacy[0]}`, ...) in the order "
