@@ -70,6 +70,8 @@ def _hook_dirs(cfg, run_dir):
             continue  # a hook with no type or an unknown one is reported where hooks are built
         cls = HOOKS.get(entry["type"])
         kwargs = entry.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            continue  # likewise: "expected a mapping", in one line, where the hook is built
         for key, folder, names in cls.output_dirs(kwargs):
             if isinstance(folder, str) and folder:
                 found.append(HookDir(f"hooks[{i}].kwargs.{key}", os.path.join(run_dir, folder), names,
