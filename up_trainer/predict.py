@@ -20,7 +20,8 @@ import stat
 
 import torch
 
-from .errors import CheckpointError, ConfigError, DataError
+from . import atomic
+from .errors import ConfigError, DataError
 from .paths import guard_output_dir, kind_of
 from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
 
@@ -47,26 +48,30 @@ def list_inputs(path):
 
 
 # -- model and data ------------------------------------------------------------------------------
-def load_model(cfg, checkpoint, device, use_ema=True):
+def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
+    """The config's net with the checkpoint's inference weights (``weights``: those already
+    chosen by inference_weights, else chosen here), on ``device``, in eval mode; its
+    ``recorded_classes`` are the label map the checkpoint was trained on (None: older files,
+    bare weights, or weights handed in)."""
     from .data.label_map import recorded_classes
     from .engine.checkpoint import load_checkpoint
-    from .weights import load_weights
+    from .errors import CheckpointError
     from .engine.checkpoint_fit import load_fitting_weights
+    from .engine.checkpoint_load import inference_weights
     from .registry import import_user_modules
     from .tasks.net import build_model
 
     import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
     model = build_model(cfg["net"])
     ckpt = None
-    try:
-        ckpt = load_checkpoint(checkpoint)
-        weights = ckpt["model"]
-        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
-            weights = ckpt["ema"]["model"]
-    except CheckpointError:
-        weights = load_weights(checkpoint)
-    load_fitting_weights(model, weights, checkpoint)
-    model.recorded_classes = recorded_classes(ckpt)  # the label map it was trained on (None: older files)
+    if weights is None:
+        try:
+            ckpt = load_checkpoint(checkpoint)
+        except CheckpointError:  # bare weights or a foreign file: inference_weights reads those
+            ckpt = None
+        weights = inference_weights(ckpt if ckpt is not None else checkpoint, use_ema)
+    load_fitting_weights(model, weights.state, checkpoint)
+    model.recorded_classes = recorded_classes(ckpt)
     model = model.to(device).eval()
     fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
     if callable(fuse):
@@ -260,7 +265,7 @@ def predict(cfg, checkpoint, inputs, out_dir, score_thr=0.3, device="cpu", use_e
     predictor = Predictor(cfg, checkpoint, device, use_ema, tta)
     os.makedirs(out_dir, exist_ok=True)
     records = []
-    with open(os.path.join(out_dir, "predictions.jsonl"), "w", encoding="utf-8") as jf:
+    with atomic.opened(os.path.join(out_dir, "predictions.jsonl")) as jf:  # no half file after a crash
         for path in files:
             image = predictor.load(path)
             rec, drawn = file_record(path, image, predictor.predict(image), score_thr, predictor.classes)

@@ -230,7 +230,7 @@ def check_kwargs(obj, kwargs, path, provided=()):
             raise ConfigError(join_path(path, key), "required argument is missing")
 
 
-HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority"))
+HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority", "name"))
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models",
                              "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.atss"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",

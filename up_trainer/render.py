@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from .atomic import replacing
+
 PALETTE = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45",
            "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3", "#808000"]
 
@@ -60,7 +62,8 @@ def save_png(image, path):
     from PIL import Image
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path)
+    with replacing(path) as tmp:  # the temp name keeps .png: PIL picks the format by it
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(tmp)
 
 
 def grid(panels, ncol=4, pad=4):

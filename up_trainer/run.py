@@ -114,34 +114,16 @@ def _output_names(what):
     return lambda name: name.startswith("events.out.tfevents.")  # a logger's logdir
 
 
-def guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, inputs, resumed=()):
-    """The output guard (paths.py) on every directory the run writes, before anything is
-    created. ``resumed``: checkpoints the run continues from; in save_dir they are the run's
-    own state, which it replaces on purpose (auto_resume's ckpt_latest.pth)."""
-    from .engine.run_lock import written_dirs
-
-    for what, path in written_dirs(cfg, run_dir, work_dir, evaluate_only):
-        shown = what if what != "run dir" else "--work-dir" if work_dir else "the run directory (the current one)"
+def guard_run_outputs(paths, inputs, resumed=()):
+    """The output guard (paths.py) on every directory the run writes (a RunPaths), before
+    anything is created. ``resumed``: checkpoints the run continues from; in save_dir they are
+    the run's own state, which it replaces on purpose (auto_resume's ckpt_latest.pth)."""
+    for what, path in paths.own_dirs():
+        shown = what if what != "run dir" else "--work-dir" if paths.work_dir else "the run directory (the current one)"
         guarded = inputs if what == "saver.save_dir" else [*inputs, *resumed]
         guard_output_dir(path, shown, inputs=guarded, writes=_output_names(what))
-    for where, path, names in hook_output_dirs(cfg, run_dir):
-        guard_output_dir(path, where, inputs=[*inputs, *resumed], writes=names)
-
-
-def hook_output_dirs(cfg, run_dir):
-    """[(key path, folder, names)] of the folders the configured hooks write files in (each
-    hook class says which: Hook.output_dirs), relative folders against the run dir."""
-    from .registry import HOOKS
-
-    found = []
-    for i, entry in enumerate(cfg.get("hooks") or []):
-        if not isinstance(entry, dict) or entry.get("type") not in HOOKS:
-            continue  # a hook with no type or an unknown one is reported where hooks are built
-        kwargs = entry.get("kwargs") or {}
-        for key, folder, names in HOOKS.get(entry["type"]).output_dirs(kwargs):
-            if isinstance(folder, str) and folder:
-                found.append((f"hooks[{i}].kwargs.{key}", os.path.join(run_dir, folder), names))
-    return found
+    for d in paths.hook_dirs:
+        guard_output_dir(d.path, d.key, inputs=[*inputs, *resumed], writes=d.names)
 
 
 def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=False, launch="none", ng=1, nm=1,
@@ -170,12 +152,13 @@ def run_train(cfg, *, config_path, work_dir=None, resume=None, evaluate_only=Fal
 
 def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run=False, config_files=(),
                   handle_signals=True, on_built=None, existing_run=None, run_files=None, command=()):
-    from .engine.builder import resolve_path
     from .engine.checkpoint import LATEST
     from .engine.distributed import DistInfo
-    from .engine.run_lock import hold_dirs, written_dirs
+    from .run_lock import hold_dirs
+    from .run_paths import RunPaths
 
-    run_dir = work_dir or os.getcwd()
+    paths = RunPaths.of(cfg, work_dir, evaluate_only)  # the guard and the locks see the same folders
+    run_dir = paths.run_dir
     is_main = DistInfo().is_main
     if resume and not os.path.exists(resume):  # before anything is locked or written
         raise CheckpointError(f"--resume: checkpoint not found: {resume}")
@@ -186,14 +169,14 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
                             resume)
     if is_main:
         saver = cfg["saver"]
-        weights = [resolve_path(saver["pretrain_model"], work_dir)] if saver["pretrain_model"] else []
-        resumed = [resolve_path(p, work_dir) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
-        guard_run_outputs(cfg, run_dir, work_dir, evaluate_only, [*config_files, *weights], resumed)
+        weights = [paths.resolve(saver["pretrain_model"])] if saver["pretrain_model"] else []
+        resumed = [paths.resolve(p) for p in (saver["resume_model"],) if p] + ([resume] if resume else [])
+        guard_run_outputs(paths, [*config_files, *weights], resumed)
         if existing_run and not evaluate_only:  # never a silent fresh start over a run (run_reuse.py)
-            refuse_over_run(cfg, resolve_path(saver["save_dir"], work_dir), resume, existing_run == "fresh", command)
+            refuse_over_run(cfg, paths.save_dir, resume, existing_run == "fresh", command)
     # Rank 0 holds every directory the run writes for the whole run: a second `up train`
-    # writing any of them stops at once (engine/run_lock.py).
-    locked = hold_dirs(written_dirs(cfg, run_dir, work_dir, evaluate_only)) if is_main else contextlib.nullcontext([])
+    # writing any of them stops at once (run_lock.py).
+    locked = hold_dirs(paths.written()) if is_main else contextlib.nullcontext([])
     with locked as stale_locks:
         moved = None
         if is_main and existing_run == "fresh" and not evaluate_only and not is_resume(cfg, resume):
@@ -209,7 +192,7 @@ def _train_worker(cfg, work_dir, resume, evaluate_only, display, device, dry_run
             return _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device,
                              handle_signals, on_built)
         except TrainingInterrupted as exc:  # the exit line says how to go on
-            latest = os.path.join(resolve_path(cfg["saver"]["save_dir"], work_dir), LATEST)
+            latest = os.path.join(paths.save_dir, LATEST) if paths.save_dir else ""
             if not is_main or not existing_run or not os.path.exists(latest):
                 raise
             raise TrainingInterrupted(exc.exit_code, f"{exc}; resume with: {resume_command(latest, command)}") from None
@@ -238,15 +221,16 @@ def _run_files_moved(cfg, run_dir, run_files, folder):
 def run_outputs(cfg, run_dir, work_dir, extra=()):
     """[(what, folder, names)] of the files a run writes (what --fresh moves aside);
     ``extra``: more names in the run dir."""
-    from .engine.run_lock import written_dirs
+    from .run_paths import RunPaths
 
+    paths = RunPaths.of(cfg, work_dir)
     out = []
-    for what, path in written_dirs(cfg, run_dir, work_dir):
+    for what, path in paths.own_dirs():
         names = _output_names(what)
         if what == "run dir":
             names = (*names, *extra)
         out.append((what, path, names))
-    return out + [(where, path, names) for where, path, names in hook_output_dirs(cfg, run_dir)]
+    return out + [(d.key, d.path, d.names) for d in paths.hook_dirs]
 
 
 def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device, handle_signals=True,
@@ -335,11 +319,11 @@ def write_eval_results(trainer, metrics, echo=True):
 
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=(), tta=None):
     from .engine.builder import build_trainer, resolve_path
-    from .engine.checkpoint import load_checkpoint
     from .engine.checkpoint_fit import load_fitting_weights
     from .data.label_map import adopt_recorded, recorded_classes
+    from .engine.checkpoint import load_checkpoint
+    from .engine.checkpoint_load import inference_weights
     from .engine.hooks import HookList
-    from .weights import load_weights
 
     if cfg["saver"]["save_result"] and cfg["saver"]["results_dir"]:  # the only directory eval writes
         guard_output_dir(resolve_path(cfg["saver"]["results_dir"], work_dir), "saver.results_dir",
@@ -349,14 +333,14 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
     trainer.hooks = HookList()  # training hooks (EMA swaps, best keeping) must not act on these weights
     try:
         ckpt = load_checkpoint(checkpoint)
-        weights = ckpt["model"]
-        if use_ema and isinstance(ckpt.get("ema"), dict) and isinstance(ckpt["ema"].get("model"), dict):
-            weights = ckpt["ema"]["model"]
-            log.info("evaluating the EMA weights (--no-ema for the raw ones)")
+    except CheckpointError:  # a bare state dict or a foreign checkpoint: inference_weights reads it
+        ckpt = None
+    weights = inference_weights(ckpt if ckpt is not None else checkpoint, use_ema)
+    if weights.kind == "ema":
+        log.info("evaluating the EMA weights (--no-ema for the raw ones)")
+    if ckpt is not None:
         adopt_recorded(trainer, recorded_classes(ckpt), f"the checkpoint {checkpoint}")  # its label map
-    except CheckpointError:
-        weights = load_weights(checkpoint)  # a bare state dict or a foreign checkpoint
-    load_fitting_weights(trainer.module, weights, checkpoint)
+    load_fitting_weights(trainer.module, weights.state, checkpoint)
     require_evaluator(trainer)
     if tta:  # {"scales": [...], "flip": bool}: the evaluated model sees every view (tta.py)
         from .tta import with_tta

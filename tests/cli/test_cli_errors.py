@@ -188,15 +188,16 @@ def test_saved_checkpoints_survive_a_bad_resume(tmp_path, run_up):
 
 
 def test_priority_is_a_key_of_hook_entries_only():
-    """priority orders hooks; on any other entry (a dataset, a model) it is a mistake."""
+    """priority (and name) belong to hook entries; on any other entry (a dataset, a model) they
+    are a mistake."""
     from up_trainer.registry import DATASETS, HOOKS, MODELS
 
     with pytest.raises(ConfigError, match=r"^dataset\.train\.priority: unknown key"):
         DATASETS.build({"type": "digits", "priority": 10}, "dataset.train")
     with pytest.raises(ConfigError, match=r"^net\.name: unknown key"):
         MODELS.build({"type": "resnet18", "name": "x"}, "net")
-    with pytest.raises(ConfigError, match=r"^hooks\[0\]\.name: unknown key"):
-        HOOKS.build({"type": "nan_guard", "name": "guard"}, "hooks[0]")
+    with pytest.raises(ConfigError, match=r"^hooks\[0\]\.nmae: unknown key \(did you mean 'name'\?\)"):
+        HOOKS.build({"type": "nan_guard", "nmae": "guard"}, "hooks[0]")  # name: a hook's state key (docs/hooks.rst)
     assert HOOKS.build({"type": "nan_guard", "priority": 10}, "hooks[0]").policy == "skip"
 
 

@@ -90,12 +90,13 @@ def test_opts_value_goes_through_the_same_limits(tmp_path):
 
 
 def test_hooks_that_may_repeat_say_so(tmp_path):
-    """early_stopping (own monitor) may be listed twice; `up hooks` tells which may repeat."""
+    """early_stopping (own monitor) may be listed twice; `up hooks` tells which may repeat.
+    Its state is saved by key, so the repeat carries a name (tests/hostile/test_hook_state_keys.py)."""
     from up_trainer.engine.builder import build_hooks
 
     hooks = build_hooks([{"type": "early_stopping", "kwargs": {"patience": 2}},
-                         {"type": "early_stopping", "kwargs": {"monitor": "top5"}}])
-    assert [h.name for h in hooks] == ["early_stopping", "early_stopping_2"]
+                         {"type": "early_stopping", "name": "by_top5", "kwargs": {"monitor": "top5"}}])
+    assert [h.name for h in hooks] == ["early_stopping", "by_top5"]
     res = invoke(["hooks"])
     assert res.exit_code == 0
     assert "early_stopping  priority LOW (70), may be listed more than once" in res.stdout

@@ -241,3 +241,12 @@ def test_metric_json_that_is_the_config(tmp_path):
     res = invoke(["train", "--config", cfg, "--work-dir", tmp_path / "run"])
     assert_one_line(res, "hooks[0].kwargs.metric_json: writing in", "would overwrite the input")
     assert digest(cfg) == before
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["train", "dry-run"])
+def test_hook_kwargs_that_are_not_a_mapping_are_one_line_before_the_folders_are_read(tmp_path, dry_run):
+    """The run's folders are read from every hook's kwargs (RunPaths) before the hooks are
+    built: kwargs given as a number must reach the builder's one line, not a TypeError."""
+    cfg = write_yaml(tmp_path / "cfg.yaml", tiny_cfg(hooks=[{"type": "visualize", "kwargs": 5}]))
+    res = invoke(["train", "--config", cfg, "--work-dir", tmp_path / "run", *dry_run])
+    assert_one_line(res, "hooks[0].kwargs: expected a mapping, got int")

@@ -4,17 +4,19 @@ the layers or within one, and no module imports itself back through others.
 Layers, lowest first. A module may import its own layer and the ones below, never above:
 
 0. errors                       what a user did wrong, as exceptions
-1. registry, config, exits, paths
+1. registry, config, exits, paths, atomic
                                 names -> builders; YAML -> validated dict; the exit-code policy;
-                                opening user-named inputs and guarding outputs
+                                opening user-named inputs and guarding outputs; the one
+                                atomic file write
 2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
 4. engine, distill              trainer, hook dispatch, checkpoints, optimization, the builder;
                                 teachers and mimic losses hooked onto the student
 5. hooks                        every feature of a run, on top of the engine's events
-6. run, predict, flops, export, api
-                                what the commands do; the Python API over them
+6. run, run_paths, run_lock, predict, flops, export, api
+                                what the commands do (where a run writes, its directory
+                                locks); the Python API over them
 7. cli, click_errors, __main__  the `up` command
 
 Across the layers runs one more boundary: UP's dialect. The modules that read UP's form
@@ -31,12 +33,13 @@ from conftest import REPO
 PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
-    ["registry", "config", "exits", "paths"],
+    ["registry", "config", "exits", "paths", "atomic"],
     ["weights", "pretrained", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks", "tta"],
     ["engine", "distill"],
     ["hooks"],
-    ["run", "run_reuse", "run_dirs", "run_summary", "oneline", "predict", "flops", "export", "api"],
+    ["run", "run_paths", "run_lock", "run_reuse", "run_dirs", "run_summary", "oneline", "predict", "flops", "export",
+     "api"],
     ["cli", "cli_options", "cli_data", "cli_weights", "click_errors", "__main__"],
 ]
 
@@ -313,3 +316,19 @@ def test_every_import_of_the_package_resolves():
     known = modules(REPO)
     graph = import_graph(REPO)
     assert sorted(f"{a} imports {b}" for a, deps in graph.items() for b in deps if b not in known) == []
+
+
+def test_the_layout_page_names_every_layer_room_and_module():
+    """docs/layout.rst shows the layers as LAYERS has them, every folder of the package and
+    every top-level module: a room added without a line there fails here."""
+    doc = open(os.path.join(REPO, "docs", "layout.rst"), encoding="utf-8").read()
+    root = os.path.join(REPO, PACKAGE)
+    missing = [f"layer {i}: {name}" for i, names in enumerate(LAYERS) for name in names
+               if name and f"``{name}``" not in doc]
+    for entry in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, entry)) and os.path.exists(os.path.join(root, entry, "__init__.py")):
+            if f"``{PACKAGE}/{entry}``" not in doc:
+                missing.append(f"folder {PACKAGE}/{entry}")
+        elif entry.endswith(".py") and f"``{entry}``" not in doc:
+            missing.append(f"module {entry}")
+    assert missing == []

@@ -1,4 +1,4 @@
-"""``--opts KEY=VALUE``: dotted paths, list indexes, hooks addressed by type."""
+"""``--opts KEY=VALUE``: dotted paths, list indexes, hooks addressed by type or ``name:``."""
 from ..errors import ConfigError, did_you_mean, join_path
 from .loader import parse_yaml
 
@@ -18,7 +18,11 @@ def parse_opt(opt):
 
 
 def _hook_index(hooks, name, path):
-    """``hooks.grad_clipper`` -> index of the hook whose type is grad_clipper."""
+    """``hooks.grad_clipper`` -> index of the hook whose type is grad_clipper (or whose
+    ``name:`` is; a name is unique, so it picks one of several hooks of a type)."""
+    named = [i for i, h in enumerate(hooks) if isinstance(h, dict) and h.get("name") == name]
+    if len(named) == 1:
+        return named[0]
     matches = [i for i, h in enumerate(hooks) if isinstance(h, dict) and h.get("type") == name]
     if len(matches) == 1:
         return matches[0]
@@ -26,8 +30,8 @@ def _hook_index(hooks, name, path):
     if not matches:
         raise ConfigError(join_path(path, name), "no hook of this type in the hook list",
                           did_you_mean(name, types) or f"hooks present: {', '.join(map(str, types)) or 'none'}")
-    raise ConfigError(join_path(path, name), f"{len(matches)} hooks have this type; address one by index",
-                      f"indexes {matches}")
+    raise ConfigError(join_path(path, name), f"{len(matches)} hooks have this type; address one by index "
+                      "or by its name:", f"indexes {matches}")
 
 
 def set_by_path(cfg, parts, value, opt):

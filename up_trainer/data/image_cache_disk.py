@@ -30,6 +30,7 @@ import shutil
 
 import numpy as np
 
+from ..atomic import write_with
 from ..errors import ConfigError
 from ..config.cache_keys import format_size
 from .image_arena import EMPTY, FILLED, SLOT, UNVERIFIED, ImageCache, refuse
@@ -147,12 +148,7 @@ def _layout(images, earlier, use_hash, budget):
 
 
 def _write_atomically(path, payload):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_with(path, lambda f: f.write(payload))
 
 
 def open_disk_cache(directory, images, need, budget, use_hash, what):

@@ -68,23 +68,30 @@ def log_data_summary(datasets):
 
 
 def build_hooks(entries, path="hooks"):
+    from .hook_keys import entry_keys
     from .hooks import HookList, parse_priority
 
     hooks = HookList()
     first_at = {}  # hook class -> path of its first entry
+    classes = []
     for i, entry in enumerate(entries):
         p = join_path(path, i)
         if not isinstance(entry, dict):
             raise ConfigError(p, f"expected a {{type, kwargs}} mapping, got {type(entry).__name__}")
-        prio = parse_priority(entry["priority"], join_path(p, "priority")) if "priority" in entry else None
+        cls = None
         if isinstance(entry.get("type"), str):  # a second instance is refused before any is built
             cls = HOOKS.get(entry["type"], join_path(p, "type"))
             if cls in first_at and not cls.allow_multiple:
                 raise ConfigError(p, f"{entry['type']} is listed twice (first at {first_at[cls]}); it cannot run "
                                   "twice in one run", "keep one entry (`up hooks` says which hooks may repeat)")
             first_at.setdefault(cls, p)
-        hook = HOOKS.build(entry, p)
-        hooks.add(hook, priority=prio, name=entry["type"])
+        classes.append(cls)
+    keys = entry_keys(entries, classes, path)  # the checkpoint key of each: never its position
+    for i, (entry, key) in enumerate(zip(entries, keys)):
+        p = join_path(path, i)
+        prio = parse_priority(entry["priority"], join_path(p, "priority")) if "priority" in entry else None
+        hook = HOOKS.build({k: v for k, v in entry.items() if k != "name"}, p)
+        hooks.add(hook, priority=prio, name=key, type_name=entry["type"])
     return hooks
 
 

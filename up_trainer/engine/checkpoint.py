@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ..atomic import replacing, write_with
 from ..errors import CheckpointError
 from ..integrity import verify_checksums  # noqa: F401  (importable from here: benchmarks/checkpoint.py)
 from .checkpoint_load import load_checkpoint, position_of, recorded_position
@@ -60,44 +61,22 @@ def parse_name(name):
     return int(m.group(1)), (int(m.group(2)) if m.group(2) else None)
 
 
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories
-    finally:
-        os.close(fd)
-
-
 def _tmp_path(final):
     d, base = os.path.split(final)
     return os.path.join(d, f".{base}.tmp{os.getpid()}")
 
 
 def atomic_write_bytes(final, write):
-    """Call ``write(fileobj)`` on a temp file next to ``final`` and swap it in atomically."""
-    tmp = _tmp_path(final)
+    """Call ``write(fileobj)`` on a temp file next to ``final`` and swap it in atomically
+    (:mod:`up_trainer.atomic`); a failed write is one CheckpointError naming the file."""
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        write_with(final, write, "wb", tmp=_tmp_path(final))
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         cause = _os_error_in(exc)
         if cause is not None:
             raise CheckpointError(f"cannot write checkpoint {final}: {cause.strerror or cause}; "
                                   "the checkpoints written before it are intact") from None
         raise
-    _fsync_dir(os.path.dirname(final) or ".")
 
 
 def _os_error_in(exc):
@@ -116,23 +95,16 @@ def atomic_link(src, final):
         return
     tmp = _tmp_path(final)
     try:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
+        with replacing(final, tmp):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise CheckpointError(f"cannot write checkpoint {final}: {exc.strerror or exc}; "
                               "the checkpoints written before it are intact") from None
-    _fsync_dir(os.path.dirname(final) or ".")
 
 
 def _enable_write_checksums():

@@ -102,3 +102,29 @@ def position_of(ckpt):
     if type(iteration) is not int or type(epoch) is not int:
         return None
     return iteration, epoch
+
+
+InferenceWeights = collections.namedtuple("InferenceWeights", "state kind")
+InferenceWeights.__doc__ = """The weights a model evaluates, predicts or exports with: ``state`` (a state
+dict) and ``kind``: "ema", "model" (the raw trained weights) or "bare" (a file that is not an
+up-trainer checkpoint, read as plain weights)."""
+
+
+def inference_weights(ckpt, use_ema=True):
+    """The one choice between a checkpoint's EMA and raw weights (``up eval``, ``up predict``,
+    ``up export``, safetensors_export): the EMA weights when ``use_ema`` and the checkpoint has
+    them, else its model weights. ``ckpt``: a checkpoint dict, or a file path; a file that is
+    a bare state dict or a foreign checkpoint is read by weights.load_weights, which reports
+    a file that is neither."""
+    from ..weights import load_weights
+
+    if not isinstance(ckpt, dict):
+        path = ckpt
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError:
+            return InferenceWeights(load_weights(path), "bare")
+    ema = ckpt.get("ema")
+    if use_ema and isinstance(ema, dict) and isinstance(ema.get("model"), dict):
+        return InferenceWeights(ema["model"], "ema")
+    return InferenceWeights(ckpt["model"], "model")

@@ -12,6 +12,7 @@ import time
 import torch
 
 from ..data.model_input import batch_to_model
+from .builder import resolve_path
 from .hooks import HookList
 
 log = logging.getLogger("up")
@@ -40,7 +41,7 @@ def report_weights(cfg, work_dir, resume=None):
     for key in ("resume_model", "pretrain_model"):
         path = saver.get(key)
         if path:
-            full = path if os.path.isabs(path) else os.path.join(work_dir or os.getcwd(), path)
+            full = resolve_path(path, work_dir)  # as a real run reads it
             if os.path.isfile(full):
                 log.info("dry run: saver.%s %s (found) is not loaded", key, path)
             else:  # a warning, not an error: a file copied from a cluster names its weights there

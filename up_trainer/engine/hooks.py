@@ -67,7 +67,8 @@ class Hook:
     Hooks share measurements through ``trainer.scalars`` (:mod:`up_trainer.engine.scalars`).
 
     A hook that holds state across iterations implements state_dict/load_state_dict; it is
-    saved under ``ckpt['hooks'][hook.name]``.
+    saved under ``ckpt['hooks'][hook.name]``: the entry's ``name:``, else its type
+    (:mod:`up_trainer.engine.hook_keys`; never its list position).
 
     ``allow_multiple``: whether a run may list this hook more than once. False by default:
     most hooks act on shared state (weights, gradients, signal handlers, ckpt_best.pth,
@@ -78,15 +79,22 @@ class Hook:
 
     priority = "NORMAL"
     allow_multiple = False
+    lock_outputs = False  # whether `up train` locks this hook's output_dirs for the run (run_lock.py)
 
     def __init__(self):
-        self.name = None  # set by HookList: the registry type, de-duplicated
+        self.name = None  # set by HookList: the state key (the entry's name:, else the registry type)
+        self.type_name = None  # set by HookList: the registry type
 
     def state_dict(self):
         return {}
 
     def load_state_dict(self, state):
         pass
+
+    @classmethod
+    def keeps_state(cls):
+        """Whether this hook saves anything in checkpoints: it overrides state_dict."""
+        return cls.state_dict is not Hook.state_dict
 
     @classmethod
     def output_dirs(cls, kwargs):
@@ -113,10 +121,13 @@ class HookList:
         self._hooks = []  # (priority, insertion index, hook)
         self._dispatch = {}  # event -> handlers; an empty list (up eval) dispatches too
 
-    def add(self, hook, priority=None, name=None):
+    def add(self, hook, priority=None, name=None, type_name=None):
+        """``name``: the key its state is saved under (build_hooks checked that hooks keeping
+        state have distinct ones); a repeat of a stateless hook gets a suffix to be told apart."""
         prio = parse_priority(hook.priority if priority is None else priority)
         hook.priority_value = prio
         base = name or getattr(hook, "name", None) or type(hook).__name__
+        hook.type_name = type_name or getattr(hook, "type_name", None) or base
         taken = {h.name for h in self}
         hook.name, i = base, 1
         while hook.name in taken:
@@ -134,10 +145,12 @@ class HookList:
         return len(self._hooks)
 
     def get(self, name):
+        """The hook whose state key is ``name``, else the first of type ``name`` (a logger
+        given a ``name:`` is still ``get("train_val_logger")``)."""
         for h in self:
             if h.name == name:
                 return h
-        return None
+        return next((h for h in self if h.type_name == name), None)
 
     def handlers(self, event):
         """Bound methods of hooks overriding ``event``, in order (cached: hot path)."""
@@ -165,11 +178,12 @@ class HookList:
         return {h.name: h.state_dict() for h in self}
 
     def load_state_dict(self, states):
-        for h in self:
-            if h.name in states:
-                try:
-                    h.load_state_dict(states[h.name])
-                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-                    # a hand-edited file, or a state from another version of the hook
-                    raise CheckpointError(f"hooks.{h.name}: the saved state does not fit this hook "
-                                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
+        from .hook_keys import saved_state_for
+
+        for h, state in saved_state_for(list(self), states).items():
+            try:
+                h.load_state_dict(state)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                # a hand-edited file, or a state from another version of the hook
+                raise CheckpointError(f"hooks.{h.name}: the saved state does not fit this hook "
+                                      f"({type(exc).__name__}: {str(exc)[:80]})") from None

@@ -25,13 +25,13 @@ Detectors: on the val set's images (:mod:`.inputs`), detections paired by the ru
 outputs, the weights used, the tolerance, the measured error and, for raw heads, the decode
 parameters.
 """
-import json
 import logging
 import math
 import os
 
 import torch
 
+from ..atomic import write_json
 from ..errors import ConfigError
 from .dense import DENSE_FAMILIES
 from .two_stage import TWO_STAGE_KINDS
@@ -48,18 +48,6 @@ TWO_STAGE = ("faster_rcnn", "up_fcos", "up_rcnn")
 DEFAULT_TOLERANCE = 1e-4
 VERIFY_BATCHES = (1, 3)
 TRACE_BATCH = 2
-
-
-def _weights_kind(checkpoint, use_ema):
-    from ..engine.checkpoint import load_checkpoint
-    from ..errors import CheckpointError
-
-    try:
-        ckpt = load_checkpoint(checkpoint)
-    except CheckpointError:
-        return "model"  # bare weights: load_model reports a real problem
-    ema = ckpt.get("ema")
-    return "ema" if use_ema and isinstance(ema, dict) and isinstance(ema.get("model"), dict) else "model"
 
 
 def _input_size(cfg, model, input_size):
@@ -101,6 +89,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     checkpoint or a config file. ``int8``: also write the quantized model (:mod:`.int8`).
     ``dynamic_size``: height and width free too, verified at two sizes."""
     from ..paths import guard_output_file
+    from ..engine.checkpoint_load import inference_weights
     from ..predict import load_model
 
     if fmt not in FORMATS:
@@ -121,7 +110,8 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     out = out or os.path.splitext(checkpoint)[0] + SUFFIX[fmt]
     for path in (out, out + ".json"):
         guard_output_file(path, "--out", inputs=[checkpoint, *config_files])
-    model = load_model(cfg, checkpoint, "cpu", use_ema)
+    chosen = inference_weights(checkpoint, use_ema)  # the checkpoint is read once
+    model = load_model(cfg, checkpoint, "cpu", use_ema, weights=chosen)
     kind = getattr(model, "kind", None)
     detector = is_detector(model) or kind in DENSE_FAMILIES + TWO_STAGE
     if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES + TWO_STAGE_KINDS:
@@ -136,7 +126,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     if form == "end2end" and (not detector or fmt != "onnx"):
         raise ConfigError("--form", "end2end is the ONNX form of a detector (NMS inside the graph)",
                           "use --form raw" + (" or --format onnx" if detector else ""))
-    weights = _weights_kind(checkpoint, use_ema)
+    weights = "ema" if chosen.kind == "ema" else "model"  # the sidecar's word for bare weights too
     size = _input_size(cfg, model, input_size)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     samples = val_samples(cfg, sum(VERIFY_BATCHES)) if detector else None
@@ -158,8 +148,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
                   verified_batches=list(VERIFY_BATCHES))
     record["classes"] = getattr(model, "recorded_classes", None)  # the label map trained on (None: unknown)
-    with open(out + ".json", "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    write_json(out + ".json", record, indent=2)
     error = record["max_error"]
     check = record.get("verification")
     if check is not None:

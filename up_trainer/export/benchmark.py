@@ -14,7 +14,6 @@ printed and written as ``benchmark.csv`` and ``benchmark.json`` with the machine
 cores, load average, library versions).
 """
 import csv
-import json
 import logging
 import os
 import platform
@@ -23,6 +22,7 @@ import time
 
 import torch
 
+from ..atomic import opened, write_json
 from ..errors import ConfigError
 
 log = logging.getLogger("up")
@@ -100,8 +100,7 @@ def _int8(cfg, onnx_model, trainer, calib_images, config_files):
     feeds = calibration_feeds(onnx_model, trainer, calib_images)
     method = quantize_file(src, dst, names, feeds)
     record = dict(copy.deepcopy(onnx_model.record), file=dst, quantization={"method": method})
-    with open(dst + ".json", "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    write_json(dst + ".json", record, indent=2)
     return ExportedModel(dst, record), os.path.getsize(dst), f"{method}, {len(feeds)} calibration images"
 
 
@@ -172,9 +171,8 @@ def run_benchmark(cfg, checkpoint, formats, out_dir, *, batch=8, warmup=3, repea
     info = {"machine": machine(), "threads": threads, "warmup": warmup, "repeats": repeats, "batch": batch,
             "config": cfg.get("origin", {}).get("file") if isinstance(cfg.get("origin"), dict) else None,
             "checkpoint": checkpoint, "rows": rows}
-    with open(os.path.join(out_dir, "benchmark.json"), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2)
-    with open(os.path.join(out_dir, "benchmark.csv"), "w", encoding="utf-8", newline="") as f:
+    write_json(os.path.join(out_dir, "benchmark.json"), info, indent=2)
+    with opened(os.path.join(out_dir, "benchmark.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:

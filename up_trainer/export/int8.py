@@ -11,12 +11,13 @@ evaluated on the val (test) split by the config's evaluator; the primary metric 
 after, and the change, are printed and written to ``<int8 file>.json``.
 """
 import copy
-import json
 import logging
 import os
 import time
 
 import torch
+
+from ..atomic import write_json
 
 log = logging.getLogger("up")
 
@@ -145,7 +146,6 @@ def quantize_export(cfg, record, calib_images, config_files=()):
                           f"{summary['size_fp32'] / 1e6:.2f} -> {summary['size_int8'] / 1e6:.2f} MB"
                           if key is not None else f"{dst}: int8 ({method}); the evaluator gave no metric")
     int8_record["int8"] = {k: v for k, v in summary.items() if k != "summary"}
-    with open(dst + ".json", "w", encoding="utf-8") as f:
-        json.dump(int8_record, f, indent=2)
+    write_json(dst + ".json", int8_record, indent=2)
     log.info("%s", summary["summary"])
     return summary

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 
+from ..atomic import write_json
 from ..errors import ConfigError
 from ..registry import HOOKS
 from .base import Hook
@@ -107,9 +108,4 @@ class AutoSaveMetric(Hook):
 
     def _write(self):
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        tmp = f"{self.path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.entries, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, self.entries, indent=2)

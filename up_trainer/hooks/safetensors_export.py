@@ -18,6 +18,7 @@ import logging
 import os
 
 from ..engine.checkpoint import LATEST, atomic_link, atomic_write_bytes
+from ..engine.checkpoint_load import inference_weights
 from ..errors import ConfigError
 from ..registry import HOOKS
 from .base import Hook
@@ -75,10 +76,7 @@ class SafetensorsExport(Hook):
     def export(self, ckpt, paths, latest_path):
         from safetensors.torch import save as to_bytes
 
-        weights, kind = ckpt["model"], "model"
-        ema = ckpt.get("ema")
-        if self.use_ema and isinstance(ema, dict) and isinstance(ema.get("model"), dict):
-            weights, kind = ema["model"], "ema"
+        weights, kind = inference_weights(ckpt, self.use_ema)
         meta = {"format": "pt", "weights": kind, "epoch": str(ckpt.get("epoch")), "iter": str(ckpt.get("iter"))}
         data = to_bytes(tensors_for_export(weights), metadata=meta)
         first = export_name(paths[0])

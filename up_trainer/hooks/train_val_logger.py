@@ -52,6 +52,13 @@ class TrainValLogger(Hook):
     """
 
     priority = "BELOW_NORMAL"
+    lock_outputs = True  # two runs' event files in one logdir would read as one run
+
+    @classmethod
+    def output_dirs(cls, kwargs):
+        if cls.configured(kwargs, "summary_writer") == "none":
+            return []
+        return [("logdir", cls.configured(kwargs, "logdir"), lambda name: name.startswith("events.out.tfevents."))]
 
     def __init__(self, freq: int = 20, skip_first_k: int = 5, logdir: str = "log",
                  summary_writer: Union[str, list] = "tensorboard", writer_kwargs: Optional[dict] = None,

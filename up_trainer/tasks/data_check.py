@@ -13,12 +13,12 @@ collected here with ``on_bad_record: skip`` instead of stopping at the first one
 """
 import hashlib
 import inspect
-import json
 import os
 from collections import Counter
 
 import numpy as np
 
+from ..atomic import write_json
 from ..data.label_map import align, file_ids, source_of
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
@@ -217,8 +217,7 @@ def check_data(datasets, scale_info, out_dir, decode=False, seed=0):
                                                 for k, s in summary.items()},
            "findings": report.findings, "files": [os.path.basename(f) for f in files]}
     path = os.path.join(out_dir, "report.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
+    write_json(path, doc, indent=1)
     return report, summary, files + [path]
 
 

@@ -7,6 +7,8 @@ import csv
 import os
 from dataclasses import dataclass, field
 
+from ..atomic import opened
+
 
 @dataclass
 class Insight:
@@ -17,12 +19,10 @@ class Insight:
 
 def write_csv(path, header, rows):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    with opened(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-    os.replace(tmp, path)
     return path
 
 

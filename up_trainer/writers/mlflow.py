@@ -25,6 +25,7 @@ from typing import Optional
 from ..config.redact import redact_text
 from ..errors import ConfigError
 from ..registry import WRITERS
+from .run_files import write_text
 
 log = logging.getLogger("up")
 RUN_ID_FILE = "mlflow_run_id"
@@ -104,8 +105,7 @@ class MlflowWriter:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(URI_PATH, f"the MLflow tracking store {redact_text(tracking_uri)} failed: "
                               f"{redact_text(first)[:300]}") from None
-        with open(os.path.join(logdir, RUN_ID_FILE), "w", encoding="utf-8") as f:
-            f.write(self.run_id)
+        write_text(os.path.join(logdir, RUN_ID_FILE), self.run_id)
         self._pending = []
         self._closed = False
         log.info("mlflow: run %s in %s", self.run_id, redact_text(tracking_uri))

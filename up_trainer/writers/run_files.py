@@ -2,8 +2,9 @@
 evaluation results) is written through here, so a write that fails fails one way.
 
 - A new version of a file is written next to it under a temp name and moved over it
-  (:func:`replacing`): a reader never sees half a file, and when the write fails the temp file
-  is removed, whatever the writer (csv, matplotlib, an evaluator) was doing.
+  (:func:`replacing`, over :mod:`up_trainer.atomic`, the one atomic write every writer uses):
+  a reader never sees half a file, and when the write fails the temp file is removed,
+  whatever the writer (csv, matplotlib, an evaluator) was doing.
 - An append (:func:`appending`) that fails is cut back to where it started: no half row.
 - Any OSError in such a write (a full disk, a quota, a read-only remount) becomes one
   :class:`RunFileError` naming the file: a user error (exit 2, one line), not a traceback.
@@ -17,6 +18,7 @@ import contextlib
 import errno
 import os
 
+from .. import atomic
 from ..errors import UserError
 
 # errnos that say "this storage takes no more writes": the user's to fix, not a bug.
@@ -46,35 +48,24 @@ def storage_error(exc):
     return None
 
 
-def temp_name(path):
-    """A hidden name next to ``path`` that keeps its extension (matplotlib and some result
-    writers choose the format by it): ``dir/.results.tmp1234.png``."""
-    folder, base = os.path.split(path)
-    stem, ext = os.path.splitext(base)
-    return os.path.join(folder, f".{stem}.tmp{os.getpid()}{ext}")
-
-
 @contextlib.contextmanager
 def replacing(path):
     """Yield a temp path to write the new version of ``path`` to; on success it replaces
-    ``path`` atomically. On any failure the temp file is gone and an OSError is a RunFileError."""
-    tmp = temp_name(path)
+    ``path`` atomically (:mod:`up_trainer.atomic`: synced, renamed, directory synced). On any
+    failure the temp file is gone and an OSError is a RunFileError."""
     try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise RunFileError(path, exc) from None
-        raise
+        with atomic.replacing(path) as tmp:
+            yield tmp
+    except OSError as exc:
+        raise RunFileError(path, exc) from None
 
 
 def write_text(path, text):
     """``path`` holds ``text`` afterwards, or, when the write fails, what it held before."""
-    with replacing(path) as tmp:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            f.write(text)
+    try:
+        atomic.write_text(path, text)
+    except OSError as exc:
+        raise RunFileError(path, exc) from None
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from typing import Optional
 from ..config.redact import redact_text
 from ..errors import ConfigError
 from ..registry import WRITERS
+from .run_files import write_text
 from .tensorboard import EPOCH_AXIS_PREFIX
 
 log = logging.getLogger("up")
@@ -64,8 +65,7 @@ class WandbWriter:
             self.run.define_metric(prefix + "*", step_metric=EPOCH)
         for prefix in ITERATION_PREFIXES:
             self.run.define_metric(prefix + "*", step_metric=ITERATION)
-        with open(os.path.join(logdir, RUN_ID_FILE), "w", encoding="utf-8") as f:
-            f.write(self.run.id)
+        write_text(os.path.join(logdir, RUN_ID_FILE), self.run.id)
         self._pending = {}  # (axis, step) -> values, sent together at flush
         self._closed = False
         log.info("wandb: run %s (%s) in %s", self.run.id, self.run.settings.mode, logdir)

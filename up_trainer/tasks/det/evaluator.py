@@ -22,6 +22,7 @@ from typing import Optional
 
 import torch
 
+from ...atomic import write_json
 from ...registry import EVALUATORS
 
 log = logging.getLogger("up")
@@ -195,8 +196,7 @@ class CocoEvaluator:
         as ``results.bbox.json``; ``path`` itself gets one JSON line per image."""
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         _, dets = self.to_coco(results)
-        with open(os.path.join(os.path.dirname(path) or ".", "results.bbox.json"), "w", encoding="utf-8") as f:
-            json.dump(dets, f)
+        write_json(os.path.join(os.path.dirname(path) or ".", "results.bbox.json"), dets)
         classes, cat_ids = self._label_map(results)
         with open(path, "w", encoding="utf-8") as f:
             for r in self.unique(results):

@@ -8,10 +8,11 @@ Layout under ``out``::
 Image ids, boxes and labels equal what ``digits_det`` yields for the same arguments, so a
 ``coco`` dataset on the export reproduces its targets exactly (pixels are rounded to 8 bits).
 """
-import json
 import os
 
 import numpy as np
+
+from ...atomic import write_json
 
 
 def scene_dataset(split, num_images, seed, **scene_kwargs):
@@ -41,9 +42,8 @@ def write_split(ds, out, split):
     ann_dir = os.path.join(out, "annotations")
     os.makedirs(ann_dir, exist_ok=True)
     ann_file = os.path.join(ann_dir, f"instances_{split}.json")
-    with open(ann_file, "w", encoding="utf-8") as f:
-        json.dump({"info": {"description": f"digits_det {split} scenes"}, "images": images,
-                   "annotations": anns, "categories": cats}, f)
+    write_json(ann_file, {"info": {"description": f"digits_det {split} scenes"}, "images": images,
+                          "annotations": anns, "categories": cats})
     return ann_file, img_dir
 
 

@@ -1,5 +1,6 @@
 """One `up train` per directory: an exclusive lock on ``<dir>/.up.lock`` in every directory a
-run writes (the run dir, saver.save_dir, saver.results_dir, the logger's logdir).
+run writes (the run dir, saver.save_dir, saver.results_dir, each hook's output folders such as
+the logger's logdir: ``RunPaths.written``, run_paths.py).
 
 Two runs writing one directory would interleave metrics.csv, train.log and event files, and
 overwrite each other's checkpoints, and both exit 0. Locking only the run dir is not enough:
@@ -18,12 +19,11 @@ two runs that share several directories the one that takes the first shared one 
 import contextlib
 import datetime
 import fcntl
-import inspect
 import logging
 import os
 import socket
 
-from ..errors import UserError
+from .errors import UserError
 
 LOCK_NAME = ".up.lock"
 log = logging.getLogger("up")
@@ -35,44 +35,6 @@ _CHANGE = {"run dir": "--work-dir"}
 def _holder_text(fd):
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, 512).decode("utf-8", "replace").strip()
-
-
-def _resolve(path, base):
-    return path if os.path.isabs(path) else os.path.join(base, path)
-
-
-def logger_logdir(cfg, run_dir):
-    """The directory train_val_logger writes its summary (event files) to, or None when it
-    writes none (no logger, or ``summary_writer: none``)."""
-    for entry in cfg.get("hooks") or []:
-        if not isinstance(entry, dict) or entry.get("type") != "train_val_logger":
-            continue
-        kwargs = entry.get("kwargs") or {}
-        from ..registry import HOOKS
-
-        defaults = inspect.signature(HOOKS.get("train_val_logger")).parameters
-        if kwargs.get("summary_writer", defaults["summary_writer"].default) == "none":
-            return None
-        return _resolve(kwargs.get("logdir", defaults["logdir"].default), run_dir)
-    return None
-
-
-def written_dirs(cfg, run_dir, work_dir=None, evaluate_only=False):
-    """[(the key that names it, path)] of every directory this run writes, the run dir first.
-    Relative saver paths resolve as the builder resolves them; the logdir against the run dir."""
-    base = work_dir or os.getcwd()
-    saver = cfg["saver"]
-    dirs = [("run dir", run_dir)]
-    if not evaluate_only:
-        dirs.append(("saver.save_dir", _resolve(saver["save_dir"], base)))
-    evaluates = evaluate_only or (cfg["dataset"].get("test") is not None and cfg["trainer"].get("is_eval", True))
-    if evaluates and saver.get("save_result", True) and saver.get("results_dir"):
-        dirs.append(("saver.results_dir", _resolve(saver["results_dir"], base)))
-    if not evaluate_only:
-        logdir = logger_logdir(cfg, run_dir)
-        if logdir is not None:
-            dirs.append(("train_val_logger logdir", logdir))
-    return dirs
 
 
 def lock_order(dirs):
