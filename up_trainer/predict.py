@@ -52,10 +52,7 @@ def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
     """The config's net with the checkpoint's inference weights (``weights``: those already
     chosen by inference_weights, else chosen here), on ``device``, in eval mode; its
     ``recorded_classes`` are the label map the checkpoint was trained on (None: older files,
-    bare weights, or weights handed in)."""
-    from .data.label_map import recorded_classes
-    from .engine.checkpoint import load_checkpoint
-    from .errors import CheckpointError
+    bare weights)."""
     from .engine.checkpoint_fit import load_fitting_weights
     from .engine.checkpoint_load import inference_weights
     from .registry import import_user_modules
@@ -63,15 +60,10 @@ def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
 
     import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
     model = build_model(cfg["net"])
-    ckpt = None
     if weights is None:
-        try:
-            ckpt = load_checkpoint(checkpoint)
-        except CheckpointError:  # bare weights or a foreign file: inference_weights reads those
-            ckpt = None
-        weights = inference_weights(ckpt if ckpt is not None else checkpoint, use_ema)
+        weights = inference_weights(checkpoint, use_ema)
     load_fitting_weights(model, weights.state, checkpoint)
-    model.recorded_classes = recorded_classes(ckpt)
+    model.recorded_classes = weights.classes
     model = model.to(device).eval()
     fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
     if callable(fuse):

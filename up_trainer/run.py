@@ -320,8 +320,7 @@ def write_eval_results(trainer, metrics, echo=True):
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=(), tta=None):
     from .engine.builder import build_trainer, resolve_path
     from .engine.checkpoint_fit import load_fitting_weights
-    from .data.label_map import adopt_recorded, recorded_classes
-    from .engine.checkpoint import load_checkpoint
+    from .data.label_map import adopt_recorded
     from .engine.checkpoint_load import inference_weights
     from .engine.hooks import HookList
 
@@ -331,15 +330,10 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
     setup_logging(None)
     trainer = build_trainer(cfg, work_dir=work_dir, device=device, with_optim=False)
     trainer.hooks = HookList()  # training hooks (EMA swaps, best keeping) must not act on these weights
-    try:
-        ckpt = load_checkpoint(checkpoint)
-    except CheckpointError:  # a bare state dict or a foreign checkpoint: inference_weights reads it
-        ckpt = None
-    weights = inference_weights(ckpt if ckpt is not None else checkpoint, use_ema)
+    weights = inference_weights(checkpoint, use_ema)  # a bare state dict or foreign checkpoint: kind "bare"
     if weights.kind == "ema":
         log.info("evaluating the EMA weights (--no-ema for the raw ones)")
-    if ckpt is not None:
-        adopt_recorded(trainer, recorded_classes(ckpt), f"the checkpoint {checkpoint}")  # its label map
+    adopt_recorded(trainer, weights.classes, f"the checkpoint {checkpoint}")  # its label map (None: none recorded)
     load_fitting_weights(trainer.module, weights.state, checkpoint)
     require_evaluator(trainer)
     if tta:  # {"scales": [...], "flip": bool}: the evaluated model sees every view (tta.py)

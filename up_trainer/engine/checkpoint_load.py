@@ -104,10 +104,11 @@ def position_of(ckpt):
     return iteration, epoch
 
 
-InferenceWeights = collections.namedtuple("InferenceWeights", "state kind")
+InferenceWeights = collections.namedtuple("InferenceWeights", "state kind classes")
 InferenceWeights.__doc__ = """The weights a model evaluates, predicts or exports with: ``state`` (a state
-dict) and ``kind``: "ema", "model" (the raw trained weights) or "bare" (a file that is not an
-up-trainer checkpoint, read as plain weights)."""
+dict), ``kind``: "ema", "model" (the raw trained weights) or "bare" (a file that is not an
+up-trainer checkpoint, read as plain weights), and ``classes``: the label map the checkpoint
+records (None: bare weights, older checkpoints)."""
 
 
 def inference_weights(ckpt, use_ema=True):
@@ -116,6 +117,7 @@ def inference_weights(ckpt, use_ema=True):
     them, else its model weights. ``ckpt``: a checkpoint dict, or a file path; a file that is
     a bare state dict or a foreign checkpoint is read by weights.load_weights, which reports
     a file that is neither."""
+    from ..data.label_map import recorded_classes
     from ..weights import load_weights
 
     if not isinstance(ckpt, dict):
@@ -123,8 +125,8 @@ def inference_weights(ckpt, use_ema=True):
         try:
             ckpt = load_checkpoint(path)
         except CheckpointError:
-            return InferenceWeights(load_weights(path), "bare")
+            return InferenceWeights(load_weights(path), "bare", None)
     ema = ckpt.get("ema")
     if use_ema and isinstance(ema, dict) and isinstance(ema.get("model"), dict):
-        return InferenceWeights(ema["model"], "ema")
-    return InferenceWeights(ckpt["model"], "model")
+        return InferenceWeights(ema["model"], "ema", recorded_classes(ckpt))
+    return InferenceWeights(ckpt["model"], "model", recorded_classes(ckpt))
