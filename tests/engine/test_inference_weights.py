@@ -42,3 +42,11 @@ def test_a_file_that_is_neither_is_one_error_line(tmp_path):
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError):
         inference_weights(str(path))
+
+
+def test_the_checkpoint_s_label_map_comes_with_its_weights(tmp_path):
+    ckpt = dict(checkpoint({"model": EMA}), classes=["cat", "dog"])
+    assert inference_weights(ckpt).classes == ["cat", "dog"]
+    assert inference_weights(checkpoint(None)).classes is None  # older checkpoints record none
+    torch.save(RAW, tmp_path / "bare.pth")
+    assert inference_weights(str(tmp_path / "bare.pth")).classes is None

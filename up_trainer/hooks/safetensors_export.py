@@ -76,7 +76,7 @@ class SafetensorsExport(Hook):
     def export(self, ckpt, paths, latest_path):
         from safetensors.torch import save as to_bytes
 
-        weights, kind = inference_weights(ckpt, self.use_ema)
+        weights, kind, _ = inference_weights(ckpt, self.use_ema)
         meta = {"format": "pt", "weights": kind, "epoch": str(ckpt.get("epoch")), "iter": str(ckpt.get("iter"))}
         data = to_bytes(tensors_for_export(weights), metadata=meta)
         first = export_name(paths[0])
