@@ -19,7 +19,7 @@ def summary_line(trainer, seconds):
     best = next((h for h in trainer.hooks if isinstance(h, AutoSaveBest)), None)
     parts = []
     if best is not None and best.best is not None:
-        parts.append(f"best {best.metric} {best.best:.4f} at epoch {best.best_epoch}")
+        parts.append(f"best {best.monitored} {best.best:.4f} at epoch {best.best_epoch}")
     else:
         last = [(k, v) for k, v in (trainer.state.metrics or {}).items() if isinstance(v, (int, float))][:2]
         if last:

@@ -133,3 +133,18 @@ def test_dry_run_of_a_seeded_split_writes_nothing_but_its_log(tmp_path):
     result = invoke(["train", "--data", folder, *FAST, "--work-dir", tmp_path / "run", "--dry-run"])
     assert result.exit_code == 0, (result.stdout[-3000:], result.stderr[-3000:], result.exception)
     assert os.listdir(tmp_path / "run") == ["train.log"]
+
+
+def test_resuming_a_finished_run_names_its_metric_in_the_summary(oneline_run, voc_root, tmp_path):
+    """The refusal's "continue it" command on a run that has finished: nothing to train, and
+    the summary still names the metric its best is of (the key is never resolved then)."""
+    import shutil
+
+    _, run = oneline_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    result = invoke(["train", "--data", voc_root, *FAST, "--work-dir", copy,
+                     "--resume", copy / "checkpoints" / "ckpt_latest.pth"])
+    assert result.exit_code == 0, (result.stdout[-3000:], result.stderr[-3000:], result.exception)
+    line = [s for s in (copy / "train.log").read_text().splitlines() if "run finished:" in s][-1]
+    assert "best bbox.AP " in line and "best None" not in line, line

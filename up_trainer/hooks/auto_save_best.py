@@ -85,6 +85,12 @@ class AutoSaveBest(Hook):
     def before_save_checkpoint(self, trainer, ckpt):
         ckpt["metric_val"] = self.best
 
+    @property
+    def monitored(self):
+        """The metric the best is of: the resolved key, else the one a loaded checkpoint names
+        (a finished run resumed: nothing is evaluated, so the key is never resolved)."""
+        return self.metric or self._loaded_metric
+
     def state_dict(self):
         return {"best": self.best, "best_epoch": self.best_epoch, "metric": self.metric}
 
