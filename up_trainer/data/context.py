@@ -1,0 +1,53 @@
+"""The run's data settings, handed to its data sets and readers instead of held by the process.
+
+A :class:`DataContext` is built once per run (``engine.builder.build_trainer``, from the
+validated config and the chosen device) and handed to every data set the run builds
+(``build_dataset(entry, path, context)``, reload hooks' rebuilds included); a data set keeps
+it as ``self.context`` and passes it to each read (``readers.read_image(..., context=)``). It
+holds:
+
+- ``normalize_on``: where the model-input conversion runs, ``device`` or ``workers``
+  (``dataset.normalize_on`` with ``auto`` resolved for the device; data/model_input.py);
+- ``max_pixels``: ``runtime.max_image_pixels``, the largest width x height decoded (None: no
+  limit);
+- ``image_cache``: the run's ``dataset.cache`` (data/image_cache.py), or None. It is opened
+  after the data sets are built (its plan lists their files) and attached with
+  :meth:`DataContext.with_cache`; forked DataLoader workers inherit the data set, its context
+  and so the cache's one shared arena.
+
+Nothing here is a process global: two runs in one process (API calls, tests) each read their
+own settings, and code that builds a data set without a context (tools, tests) gets the
+defaults, never what an earlier run left behind.
+"""
+import dataclasses
+from typing import Any, Optional
+
+DEFAULT_MAX_PIXELS = 89478485  # Pillow's own default guard
+
+
+@dataclasses.dataclass(frozen=True)
+class DataContext:
+    normalize_on: str = "device"
+    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS
+    image_cache: Any = None
+
+    @classmethod
+    def from_config(cls, cfg, device=None):
+        """The context of a validated config: ``dataset.normalize_on`` (``auto`` resolved for
+        ``device``) and ``runtime.max_image_pixels``; no cache yet."""
+        from .model_input import resolve_normalize_on
+
+        dataset = cfg.get("dataset") or {}
+        runtime = cfg.get("runtime") or {}
+        return cls(normalize_on=resolve_normalize_on(dataset.get("normalize_on", "auto"), device),
+                   max_pixels=runtime.get("max_image_pixels", DEFAULT_MAX_PIXELS))
+
+    def with_cache(self, cache):
+        """This context with ``cache`` as its image cache (None: none)."""
+        return dataclasses.replace(self, image_cache=cache)
+
+
+def context_of(dataset):
+    """The context a data set reads with (the defaults for one built without any)."""
+    context = getattr(dataset, "context", None)
+    return context if isinstance(context, DataContext) else DataContext()
