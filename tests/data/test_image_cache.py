@@ -343,3 +343,17 @@ def test_the_logger_gives_the_worker_advice_once_per_run(caplog):
             hook._advise_workers(trainer, [0.3, 0.05, 0.05, 0.4])
     advice = [r.message for r in caplog.records if "data loading is the bottleneck" in r.message]
     assert len(advice) == 1 and "dataset.num_workers 0; try dataset.num_workers:" in advice[0]
+
+
+def test_a_data_set_pickled_for_a_spawned_worker_leaves_the_cache_behind(tmp_path):
+    """Spawned workers (macOS, Windows) receive the data set pickled: its DataContext arrives
+    without the cache (an arena is shared by forking only), with the run's other settings."""
+    import pickle
+
+    root = digit_folder(tmp_path / "digits", n=4)
+    data = build_dataset({"type": "image_folder", "kwargs": {"root": root, "color_mode": "L"}}, "dataset.train")
+    cache = open_image_cache({"cache": "ram"}, [("dataset.train", data)])
+    data.use_context(DataContext(normalize_on="workers", max_pixels=1000, image_cache=cache))
+    copy = pickle.loads(pickle.dumps(data))
+    assert copy.context == DataContext(normalize_on="workers", max_pixels=1000)
+    assert torch.equal(copy[0]["image"], data[0]["image"]) and cache.filled() == 1

@@ -46,6 +46,15 @@ class DataContext:
         """This context with ``cache`` as its image cache (None: none)."""
         return dataclasses.replace(self, image_cache=cache)
 
+    def __getstate__(self):
+        # A data set pickled into a spawned worker (macOS, Windows) arrives without the cache:
+        # its arena is shared by forking only, and such a worker decodes every image.
+        return {"normalize_on": self.normalize_on, "max_pixels": self.max_pixels, "image_cache": None}
+
+    def __setstate__(self, state):
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
 
 def context_of(dataset):
     """The context a data set reads with (the defaults for one built without any)."""
