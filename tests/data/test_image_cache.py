@@ -195,7 +195,8 @@ def _open_in_child(paths, cache_dir, pipe):
 def test_a_cache_dir_in_use_is_refused(tmp_path):
     paths = photos(tmp_path, n=1)
     cache_dir = str(tmp_path / "cache")
-    cache = open_image_cache({"cache": "disk"}, [("dataset.train", Files(paths))], cache_dir)  # held while the child tries
+    # held (its lock with it) while the child tries
+    cache = open_image_cache({"cache": "disk"}, [("dataset.train", Files(paths))], cache_dir)
     ctx = multiprocessing.get_context("fork")  # another process: the directory's lock is this one's
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_open_in_child, args=(paths, cache_dir, send))

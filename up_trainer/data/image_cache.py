@@ -22,8 +22,9 @@ worker starts:
 
 Slot states change under one lock that the forked workers share (microseconds per image), so
 no process sees a slot marked filled before its bytes are in place. Two workers filling the
-same slot at once write identical bytes. The cache sits under ``readers.decode_image`` (the reading data set's DataContext holds it), so
-pixels are exactly the decoder's: a hit returns a copy of the array the decode returned.
+same slot at once write identical bytes. The cache sits under ``readers.decode_image`` (the
+reading data set's DataContext holds it), so pixels are exactly the decoder's: a hit returns a
+copy of the array the decode returned.
 """
 import logging
 import mmap

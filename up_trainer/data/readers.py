@@ -20,6 +20,10 @@ Decoding (:func:`decode_file`):
   side or (h, w) of the upright picture; the decoder may then shrink the image by 1/2, 1/4 or
   1/8 while it stays at least that large: a cheap decode for photos a pipeline downsizes a lot.
   Its pixels are the decoder's DCT-domain reduction, not a full decode followed by a resize.
+
+Every read takes the reading data set's DataContext (``context=``, data/context.py): the run's
+``runtime.max_image_pixels`` and its image cache; without one, the defaults (Pillow's limit, no
+cache). Nothing here holds a setting between calls.
 """
 import functools
 import os
@@ -54,8 +58,9 @@ def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, dr
     ``resize`` (w, h) or decoded at a JPEG ``draft`` size (see the module docstring); every
     failure is one DataError line.
 
-    An image above ``max_pixels`` (``runtime.max_image_pixels``; None: no limit) is refused from its header, before any pixel
-    is decoded (a 20000 x 20000 PNG of a few KB would otherwise take 1.2 GB)."""
+    An image above ``max_pixels`` (``runtime.max_image_pixels``; None: no limit) is refused
+    from its header, before any pixel is decoded (a 20000 x 20000 PNG of a few KB would
+    otherwise take 1.2 GB)."""
     import io
     import warnings
 
