@@ -65,10 +65,10 @@ from torch.utils.data import DataLoader
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from up_trainer.data.context import DataContext  # noqa: E402
+from up_trainer.data.context import DataContext, resolve_normalize_on  # noqa: E402
 from up_trainer.data.image_cache import open_image_cache  # noqa: E402
 from up_trainer.data.loader import LoaderFactory, end_loader_workers  # noqa: E402
-from up_trainer.data.model_input import convert_batch, resolve_normalize_on  # noqa: E402
+from up_trainer.data.model_input import convert_batch  # noqa: E402
 from up_trainer.engine.builder import build_dataset  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

@@ -9,10 +9,9 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from up_trainer.data import model_input as mi
 from up_trainer.data.batching import BatchMixup, MixCollate, PadCollate
 from up_trainer.data.loader import SeededDataset
-from up_trainer.data.context import DataContext
+from up_trainer.data.context import DataContext, resolve_normalize_on
 from up_trainer.data.model_input import ModelInput, batch_to_model, split_model_input
 from up_trainer.tasks.transforms import build_transforms
 
@@ -21,7 +20,7 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 def normalize_on(where):
     """The DataContext a run hands its data sets for ``dataset.normalize_on: where``."""
-    return DataContext(normalize_on=mi.resolve_normalize_on(where, "cpu"))
+    return DataContext(normalize_on=resolve_normalize_on(where, "cpu"))
 
 
 def build(entry, context=None):
@@ -194,9 +193,9 @@ def test_normalize_on_is_a_checked_config_key():
 
 
 def test_auto_is_device_on_an_accelerator_and_workers_on_the_cpu():
-    assert mi.resolve_normalize_on("auto", "cpu") == "workers"
-    assert mi.resolve_normalize_on("auto", torch.device("cuda", 0)) == "device"
-    assert mi.resolve_normalize_on("device", "cpu") == "device"
+    assert resolve_normalize_on("auto", "cpu") == "workers"
+    assert resolve_normalize_on("auto", torch.device("cuda", 0)) == "device"
+    assert resolve_normalize_on("device", "cpu") == "device"
     assert DataContext.from_config({"dataset": {"normalize_on": "auto"}}, "cpu").normalize_on == "workers"
 
 

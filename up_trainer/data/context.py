@@ -22,11 +22,32 @@ defaults, never what an earlier run left behind.
 import dataclasses
 from typing import Any, Optional
 
+import torch
+
+from ..errors import ConfigError
+
 DEFAULT_MAX_PIXELS = 89478485  # Pillow's own default guard
+NORMALIZE_ON = ("auto", "device", "workers")
+
+
+def resolve_normalize_on(where, device=None):
+    """``dataset.normalize_on`` as the run's data sets apply it: ``device`` or ``workers``
+    (data/model_input.py says what each does). ``auto``: ``device`` when ``device`` is an
+    accelerator; on the CPU ``workers``, where the conversion runs beside the training step
+    instead of inside it (the main process is the CPU run's bottleneck, and a uint8 batch saves
+    no copy there)."""
+    if where not in NORMALIZE_ON:
+        raise ConfigError("dataset.normalize_on", f"{where!r} is not one of {', '.join(NORMALIZE_ON)}")
+    if where == "auto":
+        where = "workers" if device is None or torch.device(device).type == "cpu" else "device"
+    return where
 
 
 @dataclasses.dataclass(frozen=True)
 class DataContext:
+    """One run's data settings (the module docstring says what each is); frozen, so a data set
+    shares it with its workers and no reader can change it for the others."""
+
     normalize_on: str = "device"
     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS
     image_cache: Any = None
@@ -35,8 +56,6 @@ class DataContext:
     def from_config(cls, cfg, device=None):
         """The context of a validated config: ``dataset.normalize_on`` (``auto`` resolved for
         ``device``) and ``runtime.max_image_pixels``; no cache yet."""
-        from .model_input import resolve_normalize_on
-
         dataset = cfg.get("dataset") or {}
         runtime = cfg.get("runtime") or {}
         return cls(normalize_on=resolve_normalize_on(dataset.get("normalize_on", "auto"), device),

@@ -31,26 +31,9 @@ import numbers
 
 import torch
 
-from ..errors import ConfigError
 from . import buffer_pool
 from .context import DataContext
 from .device import to_device
-
-NORMALIZE_ON = ("auto", "device", "workers")
-
-
-def resolve_normalize_on(where, device=None):
-    """``dataset.normalize_on`` as the run's data sets apply it (``device`` or ``workers``; the
-    run's DataContext carries it, data/context.py). ``auto``: ``device`` when ``device`` is an
-    accelerator; on the CPU ``workers``, where the conversion runs beside the training step
-    instead of inside it (the main process is the CPU run's bottleneck, and a uint8 batch saves
-    no copy there)."""
-    if where not in NORMALIZE_ON:
-        raise ConfigError("dataset.normalize_on", f"{where!r} is not one of {', '.join(NORMALIZE_ON)}")
-    if where == "auto":
-        where = "workers" if device is None or torch.device(device).type == "cpu" else "device"
-    return where
-
 
 def _divisor_of(scale):
     """1 / scale, snapped to the integer it is meant to be (1 / (1 / 255) must divide by 255.0
