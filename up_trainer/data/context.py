@@ -73,9 +73,3 @@ class DataContext:
     def __setstate__(self, state):
         for key, value in state.items():
             object.__setattr__(self, key, value)
-
-
-def context_of(dataset):
-    """The context a data set reads with (the defaults for one built without any)."""
-    context = getattr(dataset, "context", None)
-    return context if isinstance(context, DataContext) else DataContext()

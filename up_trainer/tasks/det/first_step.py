@@ -25,7 +25,6 @@ from torchvision import __version__ as torchvision_version
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ...data.context import context_of
 from ...data.readers import PIL_MODE
 from .pipeline import from_pipeline, to_pipeline
 
@@ -163,7 +162,7 @@ def first_step(dataset):
 
 def cached_first_step(dataset):
     """(step, cache) when the dataset's image cache (its DataContext's) holds its first step, else None."""
-    cache = context_of(dataset).image_cache
+    cache = dataset.context.image_cache
     if cache is None or not cache.steps:
         return None
     memo = dataset.__dict__.get("_cached_step")
