@@ -65,9 +65,10 @@ from torch.utils.data import DataLoader
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from up_trainer.data.image_cache import install, open_image_cache  # noqa: E402
+from up_trainer.data.context import DataContext, resolve_normalize_on  # noqa: E402
+from up_trainer.data.image_cache import open_image_cache  # noqa: E402
 from up_trainer.data.loader import LoaderFactory, end_loader_workers  # noqa: E402
-from up_trainer.data.model_input import convert_batch, normalize_on, set_normalize_on  # noqa: E402
+from up_trainer.data.model_input import convert_batch  # noqa: E402
 from up_trainer.engine.builder import build_dataset  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -137,6 +138,7 @@ YOLOX_TRANSFORMS = [
 
 
 WORKER_TRANSPORT = ["ring"]  # dataset.worker_transport of up's loaders (--worker-transport)
+CONTEXT = [DataContext()]  # the DataContext up's data sets are built with (--normalize-on)
 
 
 def loader_cfg(batch_size, workers, persistent=False):
@@ -148,21 +150,20 @@ def loader_cfg(batch_size, workers, persistent=False):
 def up_dataset(task, paths):
     if task == "cls":
         return build_dataset({"type": "image_folder", "kwargs": {"root": paths["cls"], "transforms": CLS_TRANSFORMS}},
-                             "cls")
+                             "cls", CONTEXT[0])
     transforms = {"det": DET_TRANSFORMS, "improve": IMPROVE_TRANSFORMS, "yolox": YOLOX_TRANSFORMS}[task]
     ann_file, img_dir = paths["det"]
     return build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
-                                                      "transforms": transforms}}, task)
+                                                      "transforms": transforms}}, task, CONTEXT[0])
 
 
 def up_passes(task, paths, workers, cache, persistent=False):
     """Loaders for epochs 1, 2, ... of one up data set (with ``cache: ram`` its arena is planned
     here, once, as a run does at start-up; ``persistent``: one loader whose workers serve every
     epoch, a run's default with workers and more than one epoch)."""
-    install(None)
     data = up_dataset(task, paths)
-    if cache:
-        open_image_cache({"cache": "ram"}, [("dataset.train", data)])
+    if cache:  # as the run's builder does: the data set reads through it (its workers inherit it)
+        data.use_context(CONTEXT[0].with_cache(open_image_cache({"cache": "ram"}, [("dataset.train", data)])))
     factory = LoaderFactory(loader_cfg(32 if task == "cls" else 8, workers, persistent), data, None, seed=0)
     return lambda epoch: factory.train_loader(epoch)
 
@@ -236,7 +237,6 @@ def measure(task, paths, workers, rounds, with_cache):
                 epochs = up_passes(task, paths, workers, cache=True)
                 rates["ram e1"].append(one_pass(epochs(1)))
                 rates["ram e2"].append(one_pass(epochs(2)))
-                install(None)
     return {k: statistics.median(v) for k, v in rates.items() if v}
 
 
@@ -253,7 +253,6 @@ def measure_epoch2(task, paths, workers, rounds):
             rates[loop].append(one_pass(epochs(2)))
             del epochs
             end_loader_workers()
-            install(None)
     return {k: statistics.median(v) for k, v in rates.items()}
 
 
@@ -267,7 +266,6 @@ def loader_settings(paths, rounds, epochs=3):
         times = {name: [] for name, _, _ in settings}
         for r in range(rounds):
             for name, persistent, prefetch in settings[r % 3:] + settings[:r % 3]:
-                install(None)
                 cfg = dict(loader_cfg(32 if task == "cls" else 8, 2), persistent_workers=persistent,
                            prefetch_factor=prefetch)
                 factory = LoaderFactory(cfg, up_dataset(task, paths), None, seed=0)
@@ -314,7 +312,8 @@ def main():
         return run_e2e(args.e2e_images, args.e2e_workers, args.before, args.rounds)
     torch.set_num_threads(1)
     WORKER_TRANSPORT[0] = args.worker_transport
-    set_normalize_on(args.normalize_on, "cuda" if torch.cuda.is_available() else "cpu")
+    CONTEXT[0] = DataContext(normalize_on=resolve_normalize_on(args.normalize_on,
+                                                               "cuda" if torch.cuda.is_available() else "cpu"))
     import logging
 
     logging.getLogger("up").setLevel(logging.WARNING)
@@ -326,7 +325,7 @@ def main():
             return loader_settings(paths, args.rounds)
         if args.epoch2:
             print(f"epoch 2 with persistent workers, load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, "
-                  f"normalize_on {normalize_on()}, worker_transport {args.worker_transport}; images/s (median)")
+                  f"normalize_on {CONTEXT[0].normalize_on}, worker_transport {args.worker_transport}; images/s (median)")
             print("".join(f"{h:>9}" if i else f"{h:<9}" for i, h in enumerate(("pipeline", "workers", "up e2",
                                                                                 "ram e2", "ram/up"))))
             for task in args.pipelines:
@@ -336,7 +335,7 @@ def main():
                     print("".join(f"{c:>9}" if i else f"{c:<9}" for i, c in enumerate(row)), flush=True)
             return print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-              f"{args.rounds} rounds, normalize_on {normalize_on()}, worker_transport {args.worker_transport}; "
+              f"{args.rounds} rounds, normalize_on {CONTEXT[0].normalize_on}, worker_transport {args.worker_transport}; "
               "images/s (median), one pass per measurement "
               "with worker start-up")
         head = ("pipeline", "workers", "bare", "up", "up/bare", "ram e1", "ram e2", "e2/up", "e2/bare")

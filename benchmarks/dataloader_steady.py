@@ -63,10 +63,17 @@ def measure_child(tree, ann_file, img_dir, workers, passes, normalize):
 
     if not os.path.abspath(up_trainer.__file__).startswith(os.path.abspath(tree) + os.sep):
         raise RuntimeError(f"up_trainer from {up_trainer.__file__}, not from {tree}")
+    context = ()  # build_dataset's context argument, in a tree that has one
     try:  # the uint8 tree: the conversion to the model's float input, where normalize_on puts it
-        from up_trainer.data.model_input import batch_to_model, set_normalize_on
+        from up_trainer.data.model_input import batch_to_model
+        try:  # the run's DataContext carries it to the data set
+            from up_trainer.data.context import DataContext
 
-        set_normalize_on(normalize)
+            context = (DataContext(normalize_on=normalize),)
+        except ImportError:  # an older tree: a process-wide setting
+            from up_trainer.data.model_input import set_normalize_on
+
+            set_normalize_on(normalize)
 
         def to_model(batch):
             return batch_to_model(batch, torch.device("cpu"), None)
@@ -78,7 +85,7 @@ def measure_child(tree, ann_file, img_dir, workers, passes, normalize):
 
     bench = tree_module(tree)
     data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": img_dir,
-                                                      "transforms": bench.YOLOX_TRANSFORMS}}, "yolox")
+                                                      "transforms": bench.YOLOX_TRANSFORMS}}, "yolox", *context)
     cfg = {"batch_size": 8, "test_batch_size": None, "num_workers": workers, "pin_memory": False,
            "persistent_workers": workers > 0, "prefetch_factor": None, "drop_last": False}
     factory = LoaderFactory(cfg, data, None, seed=0)

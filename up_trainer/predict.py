@@ -71,7 +71,7 @@ def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
     return model
 
 
-def test_dataset(cfg):
+def test_dataset(cfg, context=None):
     """The config's test dataset (for its transform, classes, color mode), or None."""
     from .engine.builder import build_dataset
 
@@ -79,7 +79,7 @@ def test_dataset(cfg):
     if entry is None:
         return None
     try:
-        return build_dataset(entry, "dataset.test")
+        return build_dataset(entry, "dataset.test", context)
     except DataError as exc:  # the data set itself need not exist where we predict
         log.warning("predict: test dataset unavailable (%s); no transforms, numeric class names", exc)
         return None
@@ -93,13 +93,14 @@ def _class_names(ds, model):
     return [str(i) for i in range(1, n + 1)]
 
 
-def _load_for_cls(path, size, in_channels, exif_transpose=True):
+def _load_for_cls(path, size, in_channels, exif_transpose=True, context=None):
     """The image as uint8 CxHxW, as the dataset would hand it to its pipeline."""
     from .data.readers import decode_image
 
     # a dataset that resized at load time (digits' ``size``) gets the same size here
     array = torch.from_numpy(decode_image(path, "L" if in_channels == 1 else "RGB", resize=(size, size)
-                                          if isinstance(size, int) else None, exif_transpose=exif_transpose))
+                                          if isinstance(size, int) else None, exif_transpose=exif_transpose,
+                                          context=context))
     return array[None] if array.dim() == 2 else array.permute(2, 0, 1)
 
 
@@ -123,14 +124,14 @@ def drawing_name(path):
 class Predictor:
     """A model and the test dataset's preprocessing, ready to predict decoded images: what
     ``up predict`` runs per file, and what the Python API runs on paths, PIL images and
-    tensors. Sets ``runtime.max_image_pixels`` for the files it decodes."""
+    tensors. Decodes under the config's ``runtime.max_image_pixels`` (its ``context``)."""
 
     def __init__(self, cfg, checkpoint, device="cpu", use_ema=True, tta=None):
-        from .data.readers import set_max_image_pixels
+        from .data.context import DataContext
         from .engine.builder import pick_device
 
         self.device = pick_device(device, cfg["runtime"])
-        set_max_image_pixels(cfg["runtime"]["max_image_pixels"])
+        self.context = DataContext(max_pixels=cfg["runtime"]["max_image_pixels"])
         if is_exported(checkpoint):  # an up export file (``--model``): run by its runtime
             from .export.evaluate import check_matches, load_exported
 
@@ -147,7 +148,7 @@ class Predictor:
         if isinstance(heads, list):  # UP's multi-head classification: one classifier per head
             raise ConfigError("net", f"up predict reads one classifier; this net has {len(heads)} heads (UP's "
                               "multi-head form)", "evaluate it with up eval: top-k per head")
-        ds = test_dataset(cfg)
+        ds = test_dataset(cfg, self.context)
         self.classes = _class_names(ds, getattr(self.model, "model", self.model))
         self.preprocessing = _preprocessing(ds)
         # torchvision detectors, YOLOX, the UP-mapped RetinaNet variants, FCOS and two-stage nets
@@ -176,8 +177,8 @@ class Predictor:
         from .tasks.det.datasets import load_rgb
 
         if self.is_det:
-            return load_rgb(path, path, self.exif_transpose)
-        return _load_for_cls(path, self.size, self.in_channels, self.exif_transpose)
+            return load_rgb(path, path, self.exif_transpose, self.context)
+        return _load_for_cls(path, self.size, self.in_channels, self.exif_transpose, self.context)
 
     @torch.no_grad()
     def predict(self, image):

@@ -7,6 +7,7 @@ import torch
 from PIL import Image
 
 from up_trainer.data import readers
+from up_trainer.data.context import DataContext
 from up_trainer.errors import DataError
 
 
@@ -87,14 +88,14 @@ def test_broken_files_are_one_line(tmp_path):
         readers.decode_file(str(tmp_path / "missing.jpg"), "RGB")
 
 
-def test_pixel_limit_from_the_header_of_either_path(tmp_path, monkeypatch):
+def test_pixel_limit_from_the_header_of_either_path(tmp_path):
     paths = files(tmp_path)
-    monkeypatch.setattr(readers, "_max_pixels", 28 * 20 - 1)
     for name in ("rgb.jpg", "rgb.png", "rgb.bmp"):  # header read here / by Pillow
         with pytest.raises(DataError, match=r"has 28 x 20 pixels, more than runtime.max_image_pixels \(559\)"):
-            readers.decode_file(paths[name], "RGB")
-    monkeypatch.setattr(readers, "_max_pixels", 28 * 20)
-    assert readers.decode_file(paths["rgb.jpg"], "RGB").shape == (20, 28, 3)
+            readers.decode_file(paths[name], "RGB", max_pixels=28 * 20 - 1)
+        with pytest.raises(DataError, match=r"more than runtime.max_image_pixels \(559\)"):
+            readers.read_image(paths[name], context=DataContext(max_pixels=28 * 20 - 1))
+    assert readers.decode_file(paths["rgb.jpg"], "RGB", max_pixels=28 * 20).shape == (20, 28, 3)
 
 
 def test_read_image_is_uint8_channels_first(tmp_path):

@@ -15,16 +15,16 @@ from test_train_e2e import assert_state_equal, load, train
 from up_trainer.config.schema import validate
 from up_trainer.data import readers
 from up_trainer.data.image_arena import EMPTY, FILLED, ImageCache
-from up_trainer.data.image_cache import install, open_image_cache
+from up_trainer.data.context import DataContext
+from up_trainer.data.image_cache import open_image_cache
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.data.worker_advice import worker_advice
 from up_trainer.engine.builder import build_dataset
 
 
-@pytest.fixture(autouse=True)
-def no_cache_left_installed():
-    yield
-    install(None)
+def reading(cache):
+    """The DataContext a run's data sets read with once ``cache`` is attached."""
+    return DataContext(image_cache=cache)
 
 
 def digit_folder(root, n=40):
@@ -77,17 +77,21 @@ def test_a_hit_returns_the_decoded_pixels_without_decoding(tmp_path, monkeypatch
     paths = photos(tmp_path)
     expected = [readers.decode_file(p, mode) for p in paths]
     cache = open_image_cache({"cache": "ram"}, [("dataset.train", Files(paths, mode))])
+    context = reading(cache)
     count = counting_decoder(monkeypatch)
-    first = [readers.decode_image(p, mode) for p in paths]
-    again = [readers.decode_image(p, mode) for p in paths]
+    first = [readers.decode_image(p, mode, context=context) for p in paths]
+    again = [readers.decode_image(p, mode, context=context) for p in paths]
     assert count.value == len(paths) and cache.filled() == len(paths)
     for want, a, b in zip(expected, first, again):
         assert a.dtype == b.dtype == np.uint8 and a.shape == b.shape == want.shape
         assert np.array_equal(a, want) and np.array_equal(b, want)
     again[0][...] = 0  # a hit is the caller's own copy
-    assert np.array_equal(readers.decode_image(paths[0], mode), expected[0])
+    assert np.array_equal(readers.decode_image(paths[0], mode, context=context), expected[0])
     other = "L" if mode == "RGB" else "RGB"  # outside the plan: decoded each time, still right
-    assert np.array_equal(readers.decode_image(paths[0], other), readers.decode_file(paths[0], other))
+    assert np.array_equal(readers.decode_image(paths[0], other, context=context), readers.decode_file(paths[0], other))
+    assert count.value == len(paths) + 2
+    readers.decode_image(paths[0], mode)  # a read without the run's context goes around its cache
+    assert count.value == len(paths) + 3
 
 
 def test_dataloader_workers_fill_and_read_one_shared_arena(tmp_path, monkeypatch):
@@ -95,6 +99,7 @@ def test_dataloader_workers_fill_and_read_one_shared_arena(tmp_path, monkeypatch
     data = build_dataset({"type": "image_folder", "kwargs": {"root": root, "color_mode": "L"}}, "dataset.train")
     created = ImageCache.created
     cache = open_image_cache({"cache": "ram"}, [("dataset.train", data)])
+    data.use_context(reading(cache))  # as the builder does: the workers inherit it with the data set
     count = counting_decoder(monkeypatch)  # set before the workers fork: they count into it too
     cfg = {"batch_size": 4, "test_batch_size": None, "num_workers": 2, "pin_memory": False,
            "persistent_workers": None, "prefetch_factor": None, "drop_last": False}
@@ -144,7 +149,7 @@ def test_a_changed_source_file_rebuilds_its_disk_entry(tmp_path):
     settings = {"cache": "disk"}
     cache = open_image_cache(settings, [("dataset.train", Files(paths))], cache_dir)
     for p in paths:
-        readers.decode_image(p, "RGB")
+        readers.decode_image(p, "RGB", context=reading(cache))
     assert cache.filled() == 4
     cache = open_image_cache(settings, [("dataset.train", Files(paths))], cache_dir)  # a later run
     assert cache.filled() == 4
@@ -152,7 +157,8 @@ def test_a_changed_source_file_rebuilds_its_disk_entry(tmp_path):
     Image.fromarray(np.full((22, 30, 3), 7, np.uint8)).save(paths[2])  # rewritten: other bytes, same pixel size
     cache = open_image_cache(settings, [("dataset.train", Files(paths))], cache_dir)
     assert list(cache._table["state"] == EMPTY) == [False, True, True, False]
-    assert np.array_equal(readers.decode_image(paths[2], "RGB"), np.full((22, 30, 3), 7, np.uint8))
+    assert np.array_equal(readers.decode_image(paths[2], "RGB", context=reading(cache)),
+                          np.full((22, 30, 3), 7, np.uint8))
     assert cache._table["state"][2] == FILLED
 
 
@@ -163,8 +169,9 @@ def test_same_size_and_mtime_with_other_content_needs_cache_hash(tmp_path):
     for use_hash in (False, True):
         settings = {"cache": "disk", "cache_hash": use_hash}
         cache_dir = str(tmp_path / f"cache_{use_hash}")
-        open_image_cache(settings, [("dataset.train", Files(paths))], cache_dir)
-        readers.decode_image(path, "RGB")
+        cache = open_image_cache(settings, [("dataset.train", Files(paths))], cache_dir)
+        readers.decode_image(path, "RGB", context=reading(cache))
+        cache.close()
         original = open(path, "rb").read()
         Image.fromarray(np.zeros((20, 30, 3), np.uint8)).save(path)
         with open(path, "ab") as f:
@@ -188,7 +195,8 @@ def _open_in_child(paths, cache_dir, pipe):
 def test_a_cache_dir_in_use_is_refused(tmp_path):
     paths = photos(tmp_path, n=1)
     cache_dir = str(tmp_path / "cache")
-    open_image_cache({"cache": "disk"}, [("dataset.train", Files(paths))], cache_dir)
+    # held (its lock with it) while the child tries
+    cache = open_image_cache({"cache": "disk"}, [("dataset.train", Files(paths))], cache_dir)
     ctx = multiprocessing.get_context("fork")  # another process: the directory's lock is this one's
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_open_in_child, args=(paths, cache_dir, send))
@@ -197,6 +205,7 @@ def test_a_cache_dir_in_use_is_refused(tmp_path):
     child.join()
     assert message == (f"dataset.cache_dir: {cache_dir} is in use by another run (PID {os.getpid()}) "
                        "(give each concurrent run its own cache_dir)")
+    cache.close()
 
 
 def folder_cfg(root, cache, workers, max_epoch=2):
@@ -281,10 +290,10 @@ def coco_photos(tmp_path, n=5):
 
 
 def det_batches(ann_file, transforms, cache, epochs=(1, 2)):
-    install(None)
     data = build_dataset({"type": "coco", "kwargs": {"ann_file": ann_file, "img_dir": os.path.dirname(ann_file),
                                                       "transforms": transforms}}, "dataset.train")
     opened = open_image_cache({"cache": cache}, [("dataset.train", data)]) if cache != "none" else None
+    data.use_context(reading(opened))
     cfg = {"batch_size": 2, "test_batch_size": None, "num_workers": 0, "pin_memory": False,
            "persistent_workers": None, "prefetch_factor": None, "drop_last": False}
     loaders = LoaderFactory(cfg, data, None, seed=5)
@@ -335,3 +344,17 @@ def test_the_logger_gives_the_worker_advice_once_per_run(caplog):
             hook._advise_workers(trainer, [0.3, 0.05, 0.05, 0.4])
     advice = [r.message for r in caplog.records if "data loading is the bottleneck" in r.message]
     assert len(advice) == 1 and "dataset.num_workers 0; try dataset.num_workers:" in advice[0]
+
+
+def test_a_data_set_pickled_for_a_spawned_worker_leaves_the_cache_behind(tmp_path):
+    """Spawned workers (macOS, Windows) receive the data set pickled: its DataContext arrives
+    without the cache (an arena is shared by forking only), with the run's other settings."""
+    import pickle
+
+    root = digit_folder(tmp_path / "digits", n=4)
+    data = build_dataset({"type": "image_folder", "kwargs": {"root": root, "color_mode": "L"}}, "dataset.train")
+    cache = open_image_cache({"cache": "ram"}, [("dataset.train", data)])
+    data.use_context(DataContext(normalize_on="workers", max_pixels=1000, image_cache=cache))
+    copy = pickle.loads(pickle.dumps(data))
+    assert copy.context == DataContext(normalize_on="workers", max_pixels=1000)
+    assert torch.equal(copy[0]["image"], data[0]["image"]) and cache.filled() == 1

@@ -9,28 +9,24 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from up_trainer.data import model_input as mi
 from up_trainer.data.batching import BatchMixup, MixCollate, PadCollate
 from up_trainer.data.loader import SeededDataset
+from up_trainer.data.context import DataContext, resolve_normalize_on
 from up_trainer.data.model_input import ModelInput, batch_to_model, split_model_input
 from up_trainer.tasks.transforms import build_transforms
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-@pytest.fixture
-def normalize_on():
-    """dataset.normalize_on for the datasets a test builds, through the run's build_dataset;
-    the module's setting is restored after."""
-    saved = mi.normalize_on()
-    yield mi.set_normalize_on
-    mi.set_normalize_on(saved)
+def normalize_on(where):
+    """The DataContext a run hands its data sets for ``dataset.normalize_on: where``."""
+    return DataContext(normalize_on=resolve_normalize_on(where, "cpu"))
 
 
-def build(entry):
+def build(entry, context=None):
     from up_trainer.engine.builder import build_dataset
 
-    return build_dataset(entry, "dataset.train")
+    return build_dataset(entry, "dataset.train", context)
 
 
 def pixels(*shape, seed=0):
@@ -107,12 +103,12 @@ def test_two_normalizes_fold_into_one():
 
 
 # -- where it runs: workers or device ------------------------------------------------------------
-def image_folder(tmp_path, pipeline):
+def image_folder(tmp_path, pipeline, context=None):
     for k in range(4):
         folder = tmp_path / f"c{k % 2}"
         folder.mkdir(exist_ok=True)
         Image.fromarray(pixels(20 + k, 24, 3, seed=k).numpy()).save(folder / f"{k}.png")
-    return build({"type": "image_folder", "kwargs": {"root": str(tmp_path), "transforms": pipeline}})
+    return build({"type": "image_folder", "kwargs": {"root": str(tmp_path), "transforms": pipeline}}, context)
 
 
 CLS_PIPELINE = [{"type": "torch_random_resized_crop", "kwargs": {"size": 16}},
@@ -126,11 +122,9 @@ def batch_of(dataset, seed=5, collate=None):
     return (collate or dataset.collate_fn)(samples)
 
 
-def test_classification_device_input_equals_workers_input(tmp_path, normalize_on):
-    normalize_on("workers")
-    workers = batch_of(image_folder(tmp_path, CLS_PIPELINE))
-    normalize_on("device")
-    device = batch_of(image_folder(tmp_path, CLS_PIPELINE))
+def test_classification_device_input_equals_workers_input(tmp_path):
+    workers = batch_of(image_folder(tmp_path, CLS_PIPELINE, normalize_on("workers")))
+    device = batch_of(image_folder(tmp_path, CLS_PIPELINE, normalize_on("device")))
     assert workers["image"].dtype == torch.float32 and "model_input" not in workers
     assert device["image"].dtype == torch.uint8 and device["model_input"] == ModelInput(mean=MEAN, std=STD)
     moved = batch_to_model(device, "cpu", torch.channels_last)
@@ -139,14 +133,13 @@ def test_classification_device_input_equals_workers_input(tmp_path, normalize_on
     assert torch.equal(moved["label"], workers["label"])
 
 
-def test_padding_is_in_the_model_input_space_either_way(tmp_path, normalize_on):
+def test_padding_is_in_the_model_input_space_either_way(tmp_path):
     """UP's dataloader alignment / pad_value: pad_value is a value of the converted images, so a
     uint8 batch gets it written after its conversion."""
     pipeline = [{"type": "to_tensor"}, {"type": "normalize", "kwargs": {"mean": MEAN, "std": STD}}]
     out = {}
     for where in ("workers", "device"):
-        normalize_on(where)
-        ds = image_folder(tmp_path, pipeline)
+        ds = image_folder(tmp_path, pipeline, normalize_on(where))
         batch = batch_of(ds, collate=PadCollate(ds.collate_fn, 16, -3.5))
         out[where] = batch_to_model(batch, "cpu")["image"]
     assert out["device"].shape == (4, 3, 32, 32)
@@ -154,11 +147,10 @@ def test_padding_is_in_the_model_input_space_either_way(tmp_path, normalize_on):
     assert (out["device"][0, :, 20:, :] == -3.5).all() and (out["device"][0, :, :, 24:] == -3.5).all()
 
 
-def test_batch_mixing_sees_the_converted_images(tmp_path, normalize_on):
+def test_batch_mixing_sees_the_converted_images(tmp_path):
     out = {}
     for where in ("workers", "device"):
-        normalize_on(where)
-        ds = image_folder(tmp_path, CLS_PIPELINE)
+        ds = image_folder(tmp_path, CLS_PIPELINE, normalize_on(where))
         seeded = SeededDataset(ds, 5)
         collate = MixCollate(ds.collate_fn, BatchMixup(alpha=0.4, num_classes=2), seeded)
         out[where] = batch_to_model(collate(seeded.__getitems__([(1, i) for i in range(4)])), "cpu")
@@ -166,7 +158,7 @@ def test_batch_mixing_sees_the_converted_images(tmp_path, normalize_on):
     assert torch.equal(out["device"]["label"], out["workers"]["label"])
 
 
-def test_detection_device_input_equals_workers_input(tmp_path, normalize_on):
+def test_detection_device_input_equals_workers_input(tmp_path):
     (tmp_path / "img").mkdir()
     images, anns = [], []
     for k in range(3):
@@ -180,9 +172,8 @@ def test_detection_device_input_equals_workers_input(tmp_path, normalize_on):
                 {"type": "to_tensor"}, {"type": "normalize", "kwargs": {"mean": MEAN, "std": STD}}]
     out = {}
     for where in ("workers", "device"):
-        normalize_on(where)
         ds = build({"type": "coco", "kwargs": {"ann_file": str(tmp_path / "ann.json"), "img_dir": str(tmp_path / "img"),
-                                               "transforms": pipeline}})
+                                               "transforms": pipeline}}, normalize_on(where))
         out[where] = batch_to_model(batch_of(ds), "cpu")
     for a, b in zip(out["device"]["image"], out["workers"]["image"]):
         assert a.dtype == torch.float32 and torch.equal(a, b)
@@ -201,13 +192,11 @@ def test_normalize_on_is_a_checked_config_key():
         validate_section("dataset", dict(base, normalize_on="gpu"))
 
 
-def test_auto_is_device_on_an_accelerator_and_workers_on_the_cpu(normalize_on):
-    normalize_on("auto", "cpu")
-    assert mi.normalize_on() == "workers"
-    normalize_on("auto", torch.device("cuda", 0))
-    assert mi.normalize_on() == "device"
-    normalize_on("device", "cpu")
-    assert mi.normalize_on() == "device"
+def test_auto_is_device_on_an_accelerator_and_workers_on_the_cpu():
+    assert resolve_normalize_on("auto", "cpu") == "workers"
+    assert resolve_normalize_on("auto", torch.device("cuda", 0)) == "device"
+    assert resolve_normalize_on("device", "cpu") == "device"
+    assert DataContext.from_config({"dataset": {"normalize_on": "auto"}}, "cpu").normalize_on == "workers"
 
 
 def test_render_draws_uint8_images_as_they_are():

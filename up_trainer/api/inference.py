@@ -90,7 +90,7 @@ def _decoded(predictor, item, where):
     import torch
     from PIL import Image
 
-    from ..data.readers import _decode_pillow
+    from ..data.readers import decode_pillow
     from ..predict import list_inputs
 
     if isinstance(item, (str, os.PathLike)):
@@ -102,20 +102,19 @@ def _decoded(predictor, item, where):
         item, exif = _tensor_to_pil(item, where), False
     else:
         exif = predictor.exif_transpose
-    _check_size(item, where)
-    array = torch.from_numpy(_decode_pillow(item, predictor.pil_mode(), predictor.resize(), exif, None))
+    _check_size(item, where, predictor.context.max_pixels)
+    array = torch.from_numpy(decode_pillow(item, predictor.pil_mode(), predictor.resize(), exif, None))
     return array[None] if array.dim() == 2 else array.permute(2, 0, 1).contiguous()
 
 
-def _check_size(image, where):
-    from ..data.readers import _max_pixels
-
+def _check_size(image, where, max_pixels):
+    """An in-memory image against the predictor's ``runtime.max_image_pixels`` (``max_pixels``)."""
     w, h = image.size
     if w < 1 or h < 1:
         raise DataError(f"{where}: the image is empty ({w} x {h})")
-    if _max_pixels is not None and w * h > _max_pixels:
+    if max_pixels is not None and w * h > max_pixels:
         raise DataError(f"{where}: the image has {w} x {h} pixels, more than runtime.max_image_pixels "
-                        f"({_max_pixels})")
+                        f"({max_pixels})")
 
 
 def _tensor_to_pil(tensor, where):

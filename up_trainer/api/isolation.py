@@ -1,13 +1,14 @@
 """What a run changes in its process, put back when an API call returns.
 
-The engine was written for a process of its own (``up train``): it sets torch's thread count
-and determinism flags, seeds the global RNGs, installs its logging handlers on the ``up``
-logger, may open an image cache and start DataLoader workers. Called from Python, all of that
-belongs to the caller: :func:`left_as_found` records it before the call and restores it after,
-whether the call returns or raises; and :data:`ONE_CALL` refuses a second call while one runs.
-One record for every kind of global state, so a setting
-the engine learns to change later is caught by the tests that compare before and after
-(tests/api/test_api_train.py), not by a user.
+The engine keeps its own settings per run (the data sets' DataContext: data/context.py), but
+the libraries under it hold process-wide state a run changes: torch's thread count and
+determinism flags, the global RNGs, the ``up`` logger's handlers, signal handlers, Pillow's
+decompression limit, DataLoader workers. Called from Python, all of that belongs to the
+caller: :func:`left_as_found` records it before the call and restores it after, whether the
+call returns or raises (the run's image cache goes with its last reference, collected here);
+and :data:`ONE_CALL` refuses a second call while one runs. One record for every kind of
+global state, so a setting the engine learns to change later is caught by the tests that
+compare before and after (tests/api/test_api_train.py), not by a user.
 """
 import contextlib
 import gc
@@ -44,9 +45,6 @@ class _Snapshot:
         import torch
         from PIL import Image
 
-        from ..data.model_input import normalize_on
-        from ..data.readers import _max_pixels
-
         logger = logging.getLogger("up")
         self.logger = (list(logger.handlers), logger.level, logger.propagate, list(logger.filters))
         self.signals = {s: signal.getsignal(s) for s in _catchable_signals()}
@@ -62,7 +60,6 @@ class _Snapshot:
                     np.random.get_state(), random.getstate())
         self.env = {k: os.environ.get(k) for k in _ENV_KEYS}
         self.pil_pixels = Image.MAX_IMAGE_PIXELS
-        self.ours = (normalize_on(), _max_pixels)
         self.thread_ids = {t.ident for t in threading.enumerate()}
 
     def restore(self):
@@ -70,13 +67,13 @@ class _Snapshot:
         import torch
         from PIL import Image
 
-        from ..data import image_cache, model_input, readers
         from ..data.loader import end_loader_workers
 
-        gc.collect()  # loader iterators the run dropped shut their workers down when collected
+        # loader iterators the run dropped shut their workers down when collected; the run's
+        # image cache (held by its data sets' DataContext) closes its arena and files with them
+        gc.collect()
         end_loader_workers()  # persistent workers, and any an interrupted iterator left
         self._join_queue_feeders()
-        image_cache.install(None)  # closes the run's cache (its arena, its files)
         self._restore_logger()
         self._restore_signals()
         torch.set_num_threads(self.threads)
@@ -99,7 +96,6 @@ class _Snapshot:
             else:
                 os.environ[key] = value
         Image.MAX_IMAGE_PIXELS = self.pil_pixels
-        model_input._normalize_on, readers._max_pixels = self.ours
 
     def _join_queue_feeders(self):
         """The threads that fed the workers' queues end once their queue is closed (the workers

@@ -3,6 +3,7 @@ shares (an anonymous shared mapping, or a file mapped shared), and the one-line 
 data set does not fit. Planned and installed by image_cache.py; the disk form is
 image_cache_disk.py."""
 import multiprocessing
+import weakref
 import zlib
 
 import numpy as np
@@ -40,7 +41,8 @@ class ImageCache:
         self._bytes = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
         self._lock = multiprocessing.Lock()  # forked workers inherit it with the arena
         self._verify = verify
-        self._closer = closer
+        # run once: by close(), or when the cache is collected (a run that ends without closing it)
+        self._closer = weakref.finalize(self, closer) if closer is not None else None
         self.nbytes = int(table["nbytes"].sum()) if len(table) else 0
 
     def __len__(self):
@@ -107,5 +109,5 @@ class ImageCache:
         self._bytes = self._table = self._data = None
         self._slots = {}
         if self._closer is not None:
-            self._closer()
+            self._closer()  # a finalize: calling it again does nothing
             self._closer = None

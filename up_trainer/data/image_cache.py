@@ -22,8 +22,9 @@ worker starts:
 
 Slot states change under one lock that the forked workers share (microseconds per image), so
 no process sees a slot marked filled before its bytes are in place. Two workers filling the
-same slot at once write identical bytes. The cache sits under ``readers.decode_image``, so
-pixels are exactly the decoder's: a hit returns a copy of the array the decode returned.
+same slot at once write identical bytes. The cache sits under ``readers.decode_image`` (the
+reading data set's DataContext holds it), so pixels are exactly the decoder's: a hit returns a
+copy of the array the decode returned.
 """
 import logging
 import mmap
@@ -118,32 +119,14 @@ def ram_cache(images):
 
 
 # -- the run's cache -------------------------------------------------------------------------------
-_installed = None
-
-
-def installed():
-    """The image cache :func:`readers.decode_image` goes through (None: none)."""
-    return _installed
-
-
-def install(cache):
-    """Make ``cache`` the one :func:`readers.decode_image` goes through (None: no cache)."""
-    global _installed
-    from .readers import set_image_cache
-
-    if _installed is not None and _installed is not cache:
-        _installed.close()
-    _installed = cache
-    set_image_cache(cache)
-
-
 def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
-    """The run's cache from ``dataset.cache`` / ``cache_bytes`` / ``cache_hash``, installed
-    before any loader starts; None (and nothing installed) for ``cache: none``.
+    """The run's cache from ``dataset.cache`` / ``cache_bytes`` / ``cache_hash``, or None for
+    ``cache: none``. The builder attaches it to the run's DataContext (data/context.py) before
+    any loader starts, and the data sets read through it; forked workers inherit it with them.
+    It is closed by :meth:`ImageCache.close`, or when the last reference to it goes.
 
     ``datasets``: (config path, dataset) pairs; ``cache_dir``: the resolved disk directory.
     Each process of a distributed run keeps its own arena (a disk one under rank<N>/)."""
-    install(None)
     mode = ds_cfg.get("cache", "none")
     if mode == "none":
         return None
@@ -187,5 +170,4 @@ def open_image_cache(ds_cfg, datasets, cache_dir=None, rank=0, world_size=1):
              "are first decoded", mode, len(images), format_size(need), budget_text, time.perf_counter() - started,
              f", {cache.filled()} already cached in {cache_dir}" if mode == "disk" else "",
              f"; {resized} of them after their pipeline's deterministic first step" if resized else "")
-    install(cache)
     return cache

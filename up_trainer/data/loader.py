@@ -125,8 +125,9 @@ class LoaderFactory:
     otherwise a fresh one per epoch / evaluation, whose workers end with it.
     """
 
-    def __init__(self, ds_cfg, train_set, test_set, seed, rank=0, world_size=1):
+    def __init__(self, ds_cfg, train_set, test_set, seed, rank=0, world_size=1, context=None):
         self.cfg = ds_cfg
+        self.context = context  # the run's DataContext: rebuilt training sets (reload hooks) read with it
         self.train_set = train_set
         self.test_set = test_set
         self.seed = seed
@@ -182,8 +183,8 @@ class LoaderFactory:
         if self.cfg.get("prefetch_factor") is not None:
             kwargs["prefetch_factor"] = self.cfg["prefetch_factor"]
         if nw and sys.platform.startswith("linux"):
-            # Workers inherit what the main process set up before they start (the image cache's
-            # arena, the batch ring, the decoder limits): fork, Linux's default until Python 3.14
+            # Workers inherit what the main process set up before they start (the data set with
+            # its DataContext and the image cache's arena, the batch ring): fork, Linux's default until Python 3.14
             # made it forkserver, which would pickle the data set into each worker instead.
             kwargs["multiprocessing_context"] = "fork"
         return kwargs

@@ -15,8 +15,9 @@ Normalize) off it and folds them into one ModelInput. A pipeline without them st
 Where it runs is ``dataset.normalize_on``: ``workers`` applies it at the end of each sample's
 pipeline; ``device`` leaves the images uint8 through collation and the copy to the device, and
 :func:`batch_to_model` converts the batch there (4x fewer bytes to move); ``auto`` (the config's
-default) is ``device`` on an accelerator and ``workers`` on the CPU. Datasets constructed outside
-a run's builder (tools, tests) convert on the device unless told with ``convert_in``. A
+default) is ``device`` on an accelerator and ``workers`` on the CPU. The run's DataContext
+(data/context.py) carries the choice to the data sets it builds; datasets constructed outside
+a run's builder (tools, tests) convert on the device unless given a context or ``convert_in``. A
 batch that still needs its conversion carries it under ``batch["model_input"]``, so every
 consumer (training, evaluation, dry runs, hooks) converts it the same way by calling
 :func:`batch_to_model` instead of ``to_device``.
@@ -30,32 +31,9 @@ import numbers
 
 import torch
 
-from ..errors import ConfigError
 from . import buffer_pool
+from .context import DataContext
 from .device import to_device
-
-NORMALIZE_ON = ("auto", "device", "workers")
-_normalize_on = "device"
-
-
-def set_normalize_on(where, device=None):
-    """``dataset.normalize_on`` for the datasets the run builds from now on (engine.builder's
-    build_dataset applies it, reload hooks' rebuilds included; forked DataLoader workers inherit
-    the datasets). A dataset constructed directly converts on the device. ``auto``:
-    ``device`` when ``device`` is an accelerator; on the CPU ``workers``, where the conversion
-    runs beside the training step instead of inside it (the main process is the CPU run's
-    bottleneck, and a uint8 batch saves no copy there)."""
-    global _normalize_on
-    if where not in NORMALIZE_ON:
-        raise ConfigError("dataset.normalize_on", f"{where!r} is not one of {', '.join(NORMALIZE_ON)}")
-    if where == "auto":
-        where = "workers" if device is None or torch.device(device).type == "cpu" else "device"
-    _normalize_on = where
-
-
-def normalize_on():
-    return _normalize_on
-
 
 def _divisor_of(scale):
     """1 / scale, snapped to the integer it is meant to be (1 / (1 / 255) must divide by 255.0
@@ -275,6 +253,13 @@ class FinalConversion:
 
     model_input = ModelInput()
     convert_in_workers = False
+    context = DataContext()  # the defaults (frozen); a run's data sets get the run's own (use_context)
+
+    def use_context(self, context):
+        """Read and convert as the run's DataContext says (data/context.py): its pixel limit and
+        image cache in every read, its ``normalize_on`` for the conversion."""
+        self.context = context
+        self.convert_in(context.normalize_on)
 
     def set_pipeline(self, transform):
         """Keep ``transform`` without its trailing conversion steps; remember their ModelInput."""

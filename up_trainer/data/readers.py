@@ -20,7 +20,12 @@ Decoding (:func:`decode_file`):
   side or (h, w) of the upright picture; the decoder may then shrink the image by 1/2, 1/4 or
   1/8 while it stays at least that large: a cheap decode for photos a pipeline downsizes a lot.
   Its pixels are the decoder's DCT-domain reduction, not a full decode followed by a resize.
+
+Every read takes the reading data set's DataContext (``context=``, data/context.py): the run's
+``runtime.max_image_pixels`` and its image cache; without one, the defaults (Pillow's limit, no
+cache). Nothing here holds a setting between calls.
 """
+import functools
 import os
 
 import numpy as np
@@ -29,47 +34,33 @@ import torch
 from ..errors import ConfigError, DataError, did_you_mean
 from ..paths import open_input
 from ..registry import IMAGE_READERS
+from .context import DEFAULT_MAX_PIXELS, DataContext
 
 PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L", "L": "L"}  # L: Pillow's name for GRAY
 
 
-DEFAULT_MAX_PIXELS = 89478485  # Pillow's own default guard
-_max_pixels = DEFAULT_MAX_PIXELS
+def decode_image(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None, context=None):
+    """The one decode entry point: :func:`decode_file` under the ``context``'s pixel limit,
+    through its image cache when it has one (the cache holds images decoded the default way:
+    upright, full size). ``context``: the reading data set's DataContext (data/context.py);
+    None: the defaults (no cache, Pillow's default limit)."""
+    context = context if context is not None else DataContext()
+    cache = context.image_cache
+    if cache is not None and resize is None and exif_transpose and draft is None:
+        return cache.decode(path, pil_mode, where, functools.partial(decode_file, max_pixels=context.max_pixels))
+    return decode_file(path, pil_mode, where, resize, exif_transpose, draft, context.max_pixels)
 
 
-def set_max_image_pixels(limit):
-    """``runtime.max_image_pixels``: the largest width x height decoded (None: no limit). Set
-    before the loaders start; forked DataLoader workers inherit it."""
-    global _max_pixels
-    _max_pixels = limit
-
-
-_image_cache = None  # dataset.cache (data/image_cache.py): installed by the run before its loaders start
-
-
-def set_image_cache(cache):
-    """Route :func:`decode_image` through ``cache`` (None: decode every time). Set in the main
-    process before the DataLoader workers are forked; they inherit it and share its arena."""
-    global _image_cache
-    _image_cache = cache
-
-
-def decode_image(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None):
-    """The one decode entry point: :func:`decode_file`, through the image cache when one is set
-    (the cache holds images decoded the default way: upright, full size)."""
-    if _image_cache is not None and resize is None and exif_transpose and draft is None:
-        return _image_cache.decode(path, pil_mode, where, decode_file)
-    return decode_file(path, pil_mode, where, resize, exif_transpose, draft)
-
-
-def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None):
+def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, draft=None,
+                max_pixels=DEFAULT_MAX_PIXELS):
     """A uint8 HxW or HxWxC array of the image at ``path`` in Pillow mode ``pil_mode`` (RGB or
     L), EXIF orientation applied unless ``exif_transpose`` is false, optionally resized to
     ``resize`` (w, h) or decoded at a JPEG ``draft`` size (see the module docstring); every
     failure is one DataError line.
 
-    An image above ``runtime.max_image_pixels`` is refused from its header, before any pixel
-    is decoded (a 20000 x 20000 PNG of a few KB would otherwise take 1.2 GB)."""
+    An image above ``max_pixels`` (``runtime.max_image_pixels``; None: no limit) is refused
+    from its header, before any pixel is decoded (a 20000 x 20000 PNG of a few KB would
+    otherwise take 1.2 GB)."""
     import io
     import warnings
 
@@ -84,33 +75,33 @@ def decode_file(path, pil_mode, where=None, resize=None, exif_transpose=True, dr
             del data[f.readinto(data):]
         header = sniff_header(data)  # JPEG / PNG: format, size and stored colours, without Pillow
         if header is not None:
-            _check_pixels(header[1] * header[2], f"{header[1]} x {header[2]}", path, where)
+            check_pixels(header[1] * header[2], f"{header[1]} x {header[2]}", path, where, max_pixels)
             if resize is None and draft is None and _TV is not None and \
                     header[3] in _TORCHVISION_MODES.get((header[0], pil_mode), ()):
                 return _decode_torchvision(data, pil_mode, exif_transpose)
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # Pillow only warns below 2x the limit
-            Image.MAX_IMAGE_PIXELS = _max_pixels
+            Image.MAX_IMAGE_PIXELS = max_pixels
             with Image.open(io.BytesIO(data)) as img:
-                return _decode_pillow(img, pil_mode, resize, exif_transpose, draft)
+                return decode_pillow(img, pil_mode, resize, exif_transpose, draft)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise _too_many_pixels(_pixels_of(path), path, where) from None
+        raise _too_many_pixels(_pixels_of(path), path, where, max_pixels) from None
     except (OSError, UnidentifiedImageError, ValueError) as exc:
         raise DataError(f"{where}: cannot read image {path}: {exc}") from None
     except RuntimeError as exc:  # torchvision.io: "<function>, <source>:<line>, <what went wrong>"
         raise DataError(f"{where}: cannot read image {path}: {str(exc).split(', ')[-1]}") from None
 
 
-def _check_pixels(pixels, size, path, where):
+def check_pixels(pixels, size, path, where, max_pixels):
     """``runtime.max_image_pixels`` against the header's width x height (Pillow's own guard
     only warns between the limit and twice the limit; here that is refused too)."""
-    if _max_pixels is not None and pixels > _max_pixels:
-        raise _too_many_pixels(size, path, where)
+    if max_pixels is not None and pixels > max_pixels:
+        raise _too_many_pixels(size, path, where, max_pixels)
 
 
-def _too_many_pixels(size, path, where):
+def _too_many_pixels(size, path, where, max_pixels):
     return DataError(f"{where}: image {path} has {size} pixels, more than runtime.max_image_pixels "
-                     f"({_max_pixels}); raise that limit (or set it to null) if the file is trusted")
+                     f"({max_pixels}); raise that limit (or set it to null) if the file is trusted")
 
 
 # Stored colours torchvision.io decodes to exactly Pillow's pixels, per (format, wanted mode):
@@ -214,7 +205,8 @@ def _draft_request(img, least, exif_transpose):
     return math.ceil(width * factor), math.ceil(height * factor)
 
 
-def _decode_pillow(img, pil_mode, resize, exif_transpose, draft):
+def decode_pillow(img, pil_mode, resize, exif_transpose, draft):
+    """An opened Pillow image as :func:`decode_file` hands it on (uint8 HxW or HxWxC)."""
     from PIL import Image, ImageOps
 
     if draft is not None and img.format == "JPEG":
@@ -245,9 +237,11 @@ def _pixels_of(path):
         Image.MAX_IMAGE_PIXELS = limit
 
 
-def read_image(path, color_mode="RGB", where=None, exif_transpose=True, draft=None):
-    """A uint8 CxHxW tensor; unreadable files become one DataError line."""
-    array = decode_image(path, PIL_MODE[color_mode], where, exif_transpose=exif_transpose, draft=draft)
+def read_image(path, color_mode="RGB", where=None, exif_transpose=True, draft=None, context=None):
+    """A uint8 CxHxW tensor; unreadable files become one DataError line. ``context``: the
+    reading data set's DataContext (pixel limit, image cache); None: the defaults."""
+    array = decode_image(path, PIL_MODE[color_mode], where, exif_transpose=exif_transpose, draft=draft,
+                         context=context)
     image = torch.from_numpy(array)
     if image.dim() == 2:
         return image[None]
@@ -281,12 +275,13 @@ class FileReader:
             filename = filename[1:]
         return os.path.join(self.image_dir, filename)
 
-    def __call__(self, filename, where=None):
-        return self.read(self.path_of(filename), where)
+    def __call__(self, filename, where=None, context=None):
+        return self.read(self.path_of(filename), where, context=context)
 
-    def read(self, path, where=None, draft=None):
-        """The image at ``path`` (already joined) as this reader decodes it."""
-        return read_image(path, self.color_mode, where, self.exif_transpose, draft)
+    def read(self, path, where=None, draft=None, context=None):
+        """The image at ``path`` (already joined) as this reader decodes it, under ``context``
+        (the reading data set's DataContext; None: the defaults)."""
+        return read_image(path, self.color_mode, where, self.exif_transpose, draft, context)
 
 
 @IMAGE_READERS.register("fs_opencv")

@@ -5,9 +5,8 @@ import os
 import torch
 
 from ..config.redact import remember_secrets
-from ..data.model_input import normalize_on, set_normalize_on
+from ..data.context import DataContext
 from ..data.packed_records import PackedIndex
-from ..data.readers import set_max_image_pixels
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
@@ -43,7 +42,10 @@ def pick_device(flag, runtime_cfg):
     return torch.device("cpu")
 
 
-def build_dataset(entry, path):
+def build_dataset(entry, path, context=None):
+    """The data set of a config entry, reading and converting as ``context`` (the run's
+    DataContext, data/context.py) says; None: the defaults (conversion on the device, no cache,
+    Pillow's default pixel limit), whatever an earlier run in this process used."""
     if entry is None:
         return None
     from ..tasks.transforms import build_transforms  # noqa: F401  (registers transform names)
@@ -51,8 +53,8 @@ def build_dataset(entry, path):
     dataset = DATASETS.build(entry, path)
     if isinstance(dataset, PackedIndex):  # loader workers share the records instead of copying them
         dataset.pack_records()
-    if hasattr(dataset, "convert_in"):  # our datasets: where their model-input step runs (dataset.normalize_on)
-        dataset.convert_in(normalize_on())
+    if hasattr(dataset, "use_context"):  # our datasets: pixel limit, cache, where their model-input step runs
+        dataset.use_context(context if context is not None else DataContext())
     return dataset
 
 
@@ -123,7 +125,6 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     rt = cfg["runtime"]
     remember_secrets(cfg)  # every rank: its log lines and errors redact them from here on
     import_user_modules(rt["imports"])
-    set_max_image_pixels(rt["max_image_pixels"])
     if rt["num_threads"]:
         torch.set_num_threads(rt["num_threads"])
     if rt["tune_malloc"]:
@@ -143,18 +144,23 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     check_net(cfg["net"])
 
     ds = cfg["dataset"]
-    set_normalize_on(ds["normalize_on"], device)  # datasets built from here on (reload hooks' too) follow it
-    train_set = build_dataset(ds["train"], "dataset.train")
+    context = DataContext.from_config(cfg, device)  # the run's data settings, handed to every data set it builds
+    train_set = build_dataset(ds["train"], "dataset.train", context)
     if with_optim and train_set is not None:
         require_training_data(train_set, "dataset.train")  # labels to learn from (data/validation)
-    test_set = build_dataset(ds["test"], "dataset.test")
+    test_set = build_dataset(ds["test"], "dataset.test", context)
     class_names = one_label_map(train_set, [("dataset.test", test_set)])  # every split on train's classes
     log_data_summary((("dataset.train", train_set), ("dataset.test", test_set)))
     evaluator = build_evaluator(cfg, test_set) if test_set is not None else None
-    # before any loader: forked workers inherit the cache and share its one arena
-    open_image_cache(ds, [("dataset.train", train_set), ("dataset.test", test_set)],
-                     resolve_path(ds["cache_dir"] or "image_cache", work_dir), dist.rank, dist.world_size)
-    loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size)
+    # before any loader: forked workers inherit the data sets, their context and the cache's one arena
+    cache = open_image_cache(ds, [("dataset.train", train_set), ("dataset.test", test_set)],
+                             resolve_path(ds["cache_dir"] or "image_cache", work_dir), dist.rank, dist.world_size)
+    if cache is not None:
+        context = context.with_cache(cache)
+        for dataset in (train_set, test_set):
+            if dataset is not None and hasattr(dataset, "use_context"):
+                dataset.use_context(context)
+    loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size, context)
 
     fill_class_count(cfg["net"], train_set if train_set is not None else test_set)
     seed_everything(rt["seed"])  # identical initial weights on every rank

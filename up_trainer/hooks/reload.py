@@ -78,7 +78,7 @@ class Reload(Hook):
             loaders.set_train_set(None)  # drop the old samples before reading the new ones
             dataset = None
             gc.collect()
-            dataset = build_dataset(loaders.train_entry, "dataset.train")
+            dataset = build_dataset(loaders.train_entry, "dataset.train", loaders.context)
             self.reloads += 1
         indices = None
         if self.mini_epoch > 1:

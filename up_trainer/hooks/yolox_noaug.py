@@ -129,7 +129,8 @@ class YoloxNoAug(Hook):
         old_len = len(loaders.train_set)
         loaders.set_train_set(None)  # release the augmenting dataset before the plain one is read
         gc.collect()
-        dataset = build_dataset(entry, f"hooks.{self.name}.kwargs.transformer (dataset.train rebuilt)")
+        dataset = build_dataset(entry, f"hooks.{self.name}.kwargs.transformer (dataset.train rebuilt)",
+                                loaders.context)
         if len(dataset) != old_len:
             log.warning("yolox_noaug: the rebuilt training set has %d samples, the previous one %d",
                         len(dataset), old_len)

@@ -29,8 +29,9 @@ DUPLICATE_IOU = 0.95       # two boxes of one class over the same object
 FINEST_STRIDE = 8          # px at the training size: below this most detectors see the box in no cell
 
 
-def build_split(entry, path):
-    """The dataset of one config entry, bad records skipped (and kept) rather than raised."""
+def build_split(entry, path, context=None):
+    """The dataset of one config entry, bad records skipped (and kept) rather than raised;
+    it decodes under ``context`` (a DataContext: the run's pixel limit) when given."""
     if not isinstance(entry, dict) or "type" not in entry:
         raise ConfigError(path, "expected a dataset entry {type, kwargs}")
     cls = DATASETS.get(entry["type"], f"{path}.type")
@@ -38,6 +39,8 @@ def build_split(entry, path):
     if "on_bad_record" in inspect.signature(cls).parameters:
         kwargs["on_bad_record"] = "skip"
     ds = DATASETS.build({"type": entry["type"], "kwargs": kwargs}, path)
+    if context is not None and hasattr(ds, "use_context"):
+        ds.use_context(context)
     records = getattr(ds, "records", None)
     if not records or not isinstance(records[0], dict) or not {"file", "boxes"} <= set(records[0]):
         raise ConfigError(f"{path}.type", f"{entry['type']!r} is not a detection dataset read from files; "
@@ -283,20 +286,19 @@ def run_check(cfg, fmt, input_path, images, splits, out_dir, decode=False, seed=
     """(terminal lines, error findings) for a config's data sets or a data path + format."""
     entries = config_entries(cfg) if cfg is not None else format_entries(fmt, input_path, images, splits)
     check_out_dir(out_dir, entries)
-    from ..data import readers
+    from ..data.context import DEFAULT_MAX_PIXELS, DataContext
 
-    previous = readers._max_pixels
-    if cfg is not None:  # the run's own decoder limit: an image it would refuse is a finding here
-        readers.set_max_image_pixels((cfg.get("runtime") or {}).get("max_image_pixels", readers.DEFAULT_MAX_PIXELS))
-    try:
-        prefix = "dataset." if cfg is not None else ""
-        keys = {name: key for key, name in SPLIT_KEYS}
-        datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}") for name, entry in entries.items()}
-        first = datasets.get("train") or next(iter(datasets.values()))
-        scale_info = input_scale(first, cfg.get("net")) if cfg is not None else train_scale(None)
-        report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
-    finally:
-        readers.set_max_image_pixels(previous)
+    # the run's own decoder limit: an image it would refuse is a finding here
+    limit = (cfg.get("runtime") or {}).get("max_image_pixels", DEFAULT_MAX_PIXELS) if cfg is not None \
+        else DEFAULT_MAX_PIXELS
+    context = DataContext(max_pixels=limit)
+    prefix = "dataset." if cfg is not None else ""
+    keys = {name: key for key, name in SPLIT_KEYS}
+    datasets = {name: build_split(entry, f"{prefix}{keys.get(name, name)}", context)
+                for name, entry in entries.items()}
+    first = datasets.get("train") or next(iter(datasets.values()))
+    scale_info = input_scale(first, cfg.get("net")) if cfg is not None else train_scale(None)
+    report, summary, files = check_data(datasets, scale_info, out_dir, decode, seed)
     lines = terminal_lines(report, summary, scale_info[1]) + [f"written: {', '.join(files)}"]
     return lines, report.errors()
 

@@ -52,4 +52,4 @@ class CsvClassification(PackedIndex, ClsDatasetBase):
 
     def _load(self, index):
         path, label, lineno = self.records[index]
-        return read_image(path, self.color_mode, where=f"{self.csv_file}:{lineno}"), label
+        return read_image(path, self.color_mode, where=f"{self.csv_file}:{lineno}", context=self.context), label

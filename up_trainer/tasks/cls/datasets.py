@@ -48,9 +48,10 @@ def _check_color_mode(color_mode):
                           did_you_mean(str(color_mode).upper(), COLOR_MODES))
 
 
-def load_image(path, color_mode, where=None, exif_transpose=True, draft=None):
-    """A uint8 CxHxW tensor; unreadable files become one DataError line."""
-    return read_image(path, color_mode, where, exif_transpose, draft)
+def load_image(path, color_mode, where=None, exif_transpose=True, draft=None, context=None):
+    """A uint8 CxHxW tensor; unreadable files become one DataError line (``context``: the
+    reading data set's DataContext, or None)."""
+    return read_image(path, color_mode, where, exif_transpose, draft, context)
 
 
 def draft_size_of(transform):
@@ -249,7 +250,8 @@ class ImageFolderDataset(ClsDatasetBase):
 
     def _load(self, index):
         path, label = self.samples[index]
-        return load_image(path, self.color_mode, exif_transpose=self.exif_transpose, draft=self.draft), label
+        return load_image(path, self.color_mode, exif_transpose=self.exif_transpose, draft=self.draft,
+                          context=self.context), label
 
 
 # -- UP's cls meta files --------------------------------------------------------------------------
@@ -398,4 +400,5 @@ class ClsMetaDataset(PackedIndex, ClsDatasetBase):
 
     def _load(self, index):
         path, label, lineno = self.records[index]
-        return self.reader.read(path, where=f"{self.meta_file}:{lineno}", draft=self.draft), label
+        return self.reader.read(path, where=f"{self.meta_file}:{lineno}", draft=self.draft,
+                                context=self.context), label

@@ -39,9 +39,9 @@ BAD_RECORD_CHOICES = ("error", "skip")
 BAD_RECORD_HINT = "set dataset kwargs on_bad_record: skip to drop such records"  # convert words it its own way
 
 
-def load_rgb(path, where, exif_transpose=True):
-    """The RGB image at ``path`` as a uint8 CxHxW tensor."""
-    return read_image(path, "RGB", where, exif_transpose)
+def load_rgb(path, where, exif_transpose=True, context=None):
+    """The RGB image at ``path`` as a uint8 CxHxW tensor (``context``: a DataContext, or None)."""
+    return read_image(path, "RGB", where, exif_transpose, context=context)
 
 
 class DetCollate:
@@ -299,7 +299,7 @@ class CocoDetection(DetDataset):
             raise DataError(f"{ann_file}: no usable images (after skipping {len(self.skipped)} bad record(s))")
 
     def _image(self, record):
-        return self.reader.read(record["file"], record["source"])
+        return self.reader.read(record["file"], record["source"], context=self.context)
 
 
 # -- UP custom JSONL -----------------------------------------------------------------------------
@@ -335,4 +335,4 @@ class CustomDetection(DetDataset):
         self.records = records
 
     def _image(self, record):
-        return self.reader.read(record["file"], record["source"])
+        return self.reader.read(record["file"], record["source"], context=self.context)

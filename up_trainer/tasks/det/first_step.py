@@ -25,7 +25,6 @@ from torchvision import __version__ as torchvision_version
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ...data.image_cache import installed
 from ...data.readers import PIL_MODE
 from .pipeline import from_pipeline, to_pipeline
 
@@ -162,8 +161,8 @@ def first_step(dataset):
 
 
 def cached_first_step(dataset):
-    """(step, cache) when the installed image cache holds this dataset's first step, else None."""
-    cache = installed()
+    """(step, cache) when the dataset's image cache (its DataContext's) holds its first step, else None."""
+    cache = dataset.context.image_cache
     if cache is None or not cache.steps:
         return None
     memo = dataset.__dict__.get("_cached_step")

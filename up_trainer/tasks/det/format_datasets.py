@@ -86,7 +86,7 @@ class FormatDetection(DetDataset):
             log.info("%s %s: note: %s", self.format_name, self.where, note)
 
     def _image(self, record):
-        return read_image(record["file"], "RGB", record["source"])
+        return read_image(record["file"], "RGB", record["source"], context=self.context)
 
 
 @DATASETS.register("voc")
