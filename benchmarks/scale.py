@@ -15,7 +15,12 @@ fresh subprocess (peak memory is that process's own) and prints one line:
   DataLoader worker at the end of one whole pass over the data set, at 2 and 4 workers, and
   how much of it grew over the pass (after its first batch to the end: the index's share);
 - eval: seconds of the bbox evaluation of 5,000 images x 100 detections through the
-  project's evaluation (faster-coco-eval when installed) against pycocotools' COCOeval.
+  project's evaluation (faster-coco-eval when installed) against pycocotools' COCOeval;
+- startup: ``up train --dry-run`` of configs/det/small_data_fcos.yaml (everything built, two
+  training iterations, two evaluation batches) with the whole file as train set and its first
+  5,000 images as val set, against the same run with a 200-image file as both; seconds and peak
+  memory of each and the difference, against pycocotools' ``COCO()`` of the same two files.
+  ``--profile FILE`` also writes a cProfile of the large run's process to FILE.
 """
 import argparse
 import json
@@ -28,6 +33,7 @@ import time
 N_IMAGES = 118_287
 N_CLASSES = 80
 EVAL_IMAGES = 5_000
+STARTUP_SMALL = 200  # the small run of the start-up measure: the file's first 200 images
 
 
 def generate(work, n_images, seed=0):
@@ -65,6 +71,19 @@ def generate(work, n_images, seed=0):
     with open(ann, "w", encoding="utf-8") as f:
         json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
     return ann, img_dir
+
+
+def subset(ann, n_images, path):
+    """The first ``n_images`` images of ``ann`` with their annotations, written to ``path`` once."""
+    if not os.path.exists(path):
+        with open(ann, encoding="utf-8") as f:
+            data = json.load(f)
+        images = data["images"][:n_images]
+        keep = {img["id"] for img in images}
+        data.update(images=images, annotations=[a for a in data["annotations"] if a["image_id"] in keep])
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+    return path
 
 
 def rss_mb():
@@ -144,6 +163,40 @@ def eval_time(ann, img_dir, backend):
             "AP": round(float(ev.stats[0]), 4)}
 
 
+def startup(train_ann, val_ann, img_dir, profile=None):
+    """Wall seconds and peak resident MB of ``up train --dry-run`` on these files (a child process
+    of this one, so the peak is the run's own)."""
+    import resource
+    import shutil
+    import tempfile
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    recipe = os.path.join(repo, "configs", "det", "small_data_fcos.yaml")
+    work = tempfile.mkdtemp(prefix="up_startup_")
+    args = ["train", "--config", recipe, "--work-dir", work, "--dry-run", "--opts",
+            f"dataset.train.kwargs.ann_file={train_ann}", f"dataset.train.kwargs.img_dir={img_dir}",
+            f"dataset.test.kwargs.ann_file={val_ann}", f"dataset.test.kwargs.img_dir={img_dir}",
+            f"net.kwargs.num_classes={N_CLASSES}"]
+    profiler = ["-m", "cProfile", "-o", profile] if profile else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    t = time.perf_counter()
+    run = subprocess.run([sys.executable, *profiler, "-m", "up_trainer", *args], capture_output=True, text=True,
+                         env=env, cwd=repo)
+    seconds = time.perf_counter() - t
+    shutil.rmtree(work, ignore_errors=True)
+    if run.returncode:
+        sys.exit(f"startup: up train --dry-run failed:\n{run.stderr[-3000:]}")
+    return {"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def coco_load_pair(train_ann, val_ann):
+    from pycocotools.coco import COCO
+
+    base, t = rss_mb(), time.perf_counter()
+    COCO(train_ann), COCO(val_ann)
+    return {"seconds": time.perf_counter() - t, "held_mb": rss_mb() - base}
+
+
 def in_subprocess(name, *args):
     cmd = [sys.executable, __file__, "--measure", name, "--args", json.dumps(args)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -151,14 +204,15 @@ def in_subprocess(name, *args):
 
 
 MEASURES = {"index_pycocotools": index_pycocotools, "index_ours": index_ours, "worker_memory": worker_memory,
-            "eval_time": eval_time}
+            "eval_time": eval_time, "startup": startup, "coco_load_pair": coco_load_pair}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", default="/tmp/up_scale")
     p.add_argument("--images", type=int, default=N_IMAGES)
-    p.add_argument("--only", default="index,workers,eval")
+    p.add_argument("--only", default="index,workers,eval,startup")
+    p.add_argument("--profile", help="startup: write a cProfile of the large run to this file")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     p.add_argument("--args", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -185,6 +239,21 @@ def main():
         ref, ours = in_subprocess("eval_time", ann, img_dir, "pycocotools"), in_subprocess("eval_time", ann, img_dir, "auto")
         print(f"eval: {EVAL_IMAGES} images x 100 detections: pycocotools {ref['seconds']:.2f} s, up (auto backend) "
               f"{ours['seconds']:.2f} s: {ours['seconds'] / ref['seconds']:.3f}x (load {os.getloadavg()[0]:.1f})")
+    if "startup" in only:
+        val = subset(ann, EVAL_IMAGES, os.path.join(a.work, f"instances_val{EVAL_IMAGES}.json"))
+        small = subset(ann, STARTUP_SMALL, os.path.join(a.work, f"instances_{STARTUP_SMALL}.json"))
+        runs = {"small": (small, small), "large": (ann, val)}
+        up = {k: in_subprocess("startup", *files, img_dir, a.profile if k == "large" else None)
+              for k, files in runs.items()}
+        ref = {k: in_subprocess("coco_load_pair", *files) for k, files in runs.items()}
+        extra, ref_extra = (up["large"]["seconds"] - up["small"]["seconds"],
+                            ref["large"]["seconds"] - ref["small"]["seconds"])
+        print(f"startup: up train --dry-run {up['small']['seconds']:.1f} s with {STARTUP_SMALL} images, "
+              f"{up['large']['seconds']:.1f} s with {a.images} + {EVAL_IMAGES}: +{extra:.1f} s "
+              f"(peak {up['small']['peak_mb']:.0f} -> {up['large']['peak_mb']:.0f} MB, "
+              f"+{up['large']['peak_mb'] - up['small']['peak_mb']:.0f}); pycocotools COCO() of the same two files "
+              f"+{ref_extra:.1f} s (+{ref['large']['held_mb'] - ref['small']['held_mb']:.0f} MB held): "
+              f"{extra / max(ref_extra, 1e-3):.1f}x (load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":
