@@ -215,8 +215,11 @@ class DigitsDataset(ClsDatasetBase):
 
 # -- image folder -------------------------------------------------------------------------------
 @DATASETS.register("image_folder")
-class ImageFolderDataset(ClsDatasetBase):
-    """``root/<class>/<image>`` (sub-folders allowed); classes are the sorted folder names."""
+class ImageFolderDataset(PackedIndex, ClsDatasetBase):
+    """``root/<class>/<image>`` (sub-folders allowed); classes are the sorted folder names.
+
+    ``records`` holds one ``(path, label)`` row per image, packed once the set is built for a
+    run (as the meta-file sets' are), so loader workers share them instead of copying them."""
 
     def __init__(self, root: str, transforms: Optional[list] = None, transformer: Optional[list] = None,
                  color_mode: str = "RGB", exif_transpose: bool = True, decode_draft: bool = False):
@@ -232,7 +235,7 @@ class ImageFolderDataset(ClsDatasetBase):
         if not self.classes:
             raise DataError(f"{root} has no class folders (expected root/<class>/<image>)")
         self.num_classes = len(self.classes)
-        self.samples = []
+        records = []
         for label, name in enumerate(self.classes):
             files = []
             for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
@@ -242,13 +245,19 @@ class ImageFolderDataset(ClsDatasetBase):
             if not files:
                 raise DataError(f"class folder {os.path.join(root, name)} has no images "
                                 f"({', '.join(IMAGE_EXTENSIONS)})")
-            self.samples += [(f, label) for f in files]
+            records += [(f, label) for f in files]
+        self.records = records
+
+    @property
+    def samples(self):
+        """The ``(path, label)`` rows, under torchvision's ImageFolder name (read-only once packed)."""
+        return self.records
 
     def __len__(self):
-        return len(self.samples)
+        return len(self.records)
 
     def _load(self, index):
-        path, label = self.samples[index]
+        path, label = self.records[index]
         return load_image(path, self.color_mode, exif_transpose=self.exif_transpose, draft=self.draft), label
 
 
