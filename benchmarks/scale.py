@@ -1,7 +1,7 @@
 """COCO-sized data on one box: the data index against pycocotools, loader workers' private
 memory, and COCO evaluation at 5,000 images.
 
-    python benchmarks/scale.py --work /tmp/scale                  # everything (about 10 min on 2 cores)
+    python benchmarks/scale.py --work /tmp/scale                  # everything (about 12 min on 2 cores)
     python benchmarks/scale.py --work /tmp/scale --only index,eval
 
 ``--work`` receives a generated, seeded instances file the size of COCO train2017 (118,287
@@ -256,7 +256,8 @@ def main():
         ref_extra = {k: ref["large"][k] - ref["small"][k] for k in ("seconds", "cpu_seconds")}
         print(f"startup: up train --dry-run {up['small']['seconds']:.1f} s with {STARTUP_SMALL} images, "
               f"{up['large']['seconds']:.1f} s with {a.images} + {EVAL_IMAGES}: +{extra['seconds']:.1f} s "
-              f"(CPU +{extra['cpu_seconds']:.1f} s; peak {up['small']['peak_mb']:.0f} -> {up['large']['peak_mb']:.0f} MB, "
+              f"(CPU +{extra['cpu_seconds']:.1f} s; "
+              f"peak {up['small']['peak_mb']:.0f} -> {up['large']['peak_mb']:.0f} MB, "
               f"+{up['large']['peak_mb'] - up['small']['peak_mb']:.0f}); pycocotools COCO() of the same two files "
               f"+{ref_extra['seconds']:.1f} s (CPU +{ref_extra['cpu_seconds']:.1f} s; "
               f"+{ref['large']['held_mb'] - ref['small']['held_mb']:.0f} MB held): "

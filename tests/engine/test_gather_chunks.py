@@ -5,7 +5,6 @@ import pickle
 import random
 
 import pytest
-import torch
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 

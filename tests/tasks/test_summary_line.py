@@ -13,7 +13,8 @@ def test_summary_counts_a_packed_set_in_one_pass(tmp_path, monkeypatch):
     for name in ("a.png", "b.png", "c.png"):
         Image.new("RGB", (40, 30)).save(tmp_path / name)
     data = {
-        "images": [{"id": i, "file_name": n, "width": 40, "height": 30} for i, n in enumerate(("a.png", "b.png", "c.png"), 1)],
+        "images": [{"id": i, "file_name": n, "width": 40, "height": 30}
+                   for i, n in enumerate(("a.png", "b.png", "c.png"), 1)],
         "annotations": [
             {"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 5, 10, 10], "area": 100, "iscrowd": 0},  # border
             {"id": 2, "image_id": 1, "category_id": 1, "bbox": [5, 5, 10, 10], "area": 100, "iscrowd": 0},
