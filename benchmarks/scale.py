@@ -20,7 +20,10 @@ fresh subprocess (peak memory is that process's own) and prints one line:
   training iterations, two evaluation batches) with the whole file as train set and its first
   5,000 images as val set, against the same run with a 200-image file as both; seconds and peak
   memory of each and the difference, against pycocotools' ``COCO()`` of the same two files.
-  ``--profile FILE`` also writes a cProfile of the large run's process to FILE.
+  ``--profile FILE`` also writes a cProfile of the large run's process to FILE;
+- gather: two gloo processes each holding half of 5,000 evaluation records of 100 detections
+  gather them on rank 0 in one round and in rounds of 1,024 records: seconds and rank 0's peak
+  memory growth over the gather.
 """
 import argparse
 import json
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_IMAGES = 118_287
 N_CLASSES = 80
 EVAL_IMAGES = 5_000
@@ -170,7 +174,7 @@ def startup(train_ann, val_ann, img_dir, profile=None):
     import shutil
     import tempfile
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     recipe = os.path.join(repo, "configs", "det", "small_data_fcos.yaml")
     work = tempfile.mkdtemp(prefix="up_startup_")
     args = ["train", "--config", recipe, "--work-dir", work, "--dry-run", "--opts",
@@ -200,21 +204,68 @@ def coco_load_pair(train_ann, val_ann):
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "held_mb": held}
 
 
+def _gather_rank(rank, world, chunk, init_file, out):
+    import resource
+
+    import torch.distributed as torch_dist
+
+    from up_trainer.engine.distributed import DistInfo
+
+    torch_dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    rng = random.Random(rank)
+    records = []
+    for index in range(rank, EVAL_IMAGES, world):  # as CocoEvaluator.results() gives them
+        boxes = [[rng.uniform(0, 40), rng.uniform(0, 30), rng.uniform(40, 80), rng.uniform(30, 64)]
+                 for _ in range(100)]
+        records.append({"index": index, "image_id": index + 1, "height": 64, "width": 80,
+                        "gt_boxes": boxes[:7], "gt_labels": [1] * 7, "ignore_boxes": [], "boxes": boxes,
+                        "scores": [rng.random() for _ in boxes], "labels": [rng.randint(1, N_CLASSES) for _ in boxes],
+                        "_classes": None, "_cat_ids": None})
+    torch_dist.barrier()
+    base, t = rss_mb(), time.perf_counter()
+    merged = DistInfo().gather_results(records, chunk_records=chunk)
+    seconds = time.perf_counter() - t
+    if rank == 0:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"seconds": seconds, "peak_growth_mb": peak - base, "records": len(merged)}, f)
+    torch_dist.destroy_process_group()
+
+
+def gather_peak(chunk):
+    """Rank 0's peak memory growth and seconds gathering 2 ranks' records (fresh processes)."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from up_trainer.engine.distributed import GATHER_CHUNK_RECORDS
+
+    chunk = GATHER_CHUNK_RECORDS if chunk == "default" else chunk
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        mp.spawn(_gather_rank, args=(2, chunk, os.path.join(tmp, "init"), out), nprocs=2, join=True)
+        with open(out, encoding="utf-8") as f:
+            return dict(json.load(f), chunk=chunk)
+
+
 def in_subprocess(name, *args):
     cmd = [sys.executable, __file__, "--measure", name, "--args", json.dumps(args)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    # the up_trainer of the tree this script is in, whatever is installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 MEASURES = {"index_pycocotools": index_pycocotools, "index_ours": index_ours, "worker_memory": worker_memory,
-            "eval_time": eval_time, "startup": startup, "coco_load_pair": coco_load_pair}
+            "eval_time": eval_time, "startup": startup, "coco_load_pair": coco_load_pair,
+            "gather_peak": gather_peak}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", default="/tmp/up_scale")
     p.add_argument("--images", type=int, default=N_IMAGES)
-    p.add_argument("--only", default="index,workers,eval,startup")
+    p.add_argument("--only", default="index,workers,eval,startup,gather")
     p.add_argument("--profile", help="startup: write a cProfile of the large run to this file")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     p.add_argument("--args", help=argparse.SUPPRESS)
@@ -263,6 +314,13 @@ def main():
               f"+{ref['large']['held_mb'] - ref['small']['held_mb']:.0f} MB held): "
               f"{extra['seconds'] / max(ref_extra['seconds'], 1e-3):.1f}x wall, "
               f"{extra['cpu_seconds'] / max(ref_extra['cpu_seconds'], 1e-3):.1f}x CPU (load {os.getloadavg()[0]:.1f})")
+
+    if "gather" in only:
+        for chunk in (None, "default"):
+            m = in_subprocess("gather_peak", chunk)
+            rounds = "one round" if chunk is None else f"rounds of {m['chunk']}"
+            print(f"gather: {m['records']} records of 100 detections from 2 ranks, {rounds}: {m['seconds']:.2f} s, "
+                  f"rank 0 peak +{m['peak_growth_mb']:.0f} MB (load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":
