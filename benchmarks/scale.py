@@ -1,7 +1,7 @@
 """COCO-sized data on one box: the data index against pycocotools, loader workers' private
 memory, and COCO evaluation at 5,000 images.
 
-    python benchmarks/scale.py --work /tmp/scale                  # everything (about 10 min on 2 cores)
+    python benchmarks/scale.py --work /tmp/scale                  # everything (about 12 min on 2 cores)
     python benchmarks/scale.py --work /tmp/scale --only index,eval
 
 ``--work`` receives a generated, seeded instances file the size of COCO train2017 (118,287
@@ -15,7 +15,15 @@ fresh subprocess (peak memory is that process's own) and prints one line:
   DataLoader worker at the end of one whole pass over the data set, at 2 and 4 workers, and
   how much of it grew over the pass (after its first batch to the end: the index's share);
 - eval: seconds of the bbox evaluation of 5,000 images x 100 detections through the
-  project's evaluation (faster-coco-eval when installed) against pycocotools' COCOeval.
+  project's evaluation (faster-coco-eval when installed) against pycocotools' COCOeval;
+- startup: ``up train --dry-run`` of configs/det/small_data_fcos.yaml (everything built, two
+  training iterations, two evaluation batches) with the whole file as train set and its first
+  5,000 images as val set, against the same run with a 200-image file as both; seconds and peak
+  memory of each and the difference, against pycocotools' ``COCO()`` of the same two files.
+  ``--profile FILE`` also writes a cProfile of the large run's process to FILE;
+- gather: two gloo processes each holding half of 5,000 evaluation records of 100 detections
+  gather them on rank 0 in one round and in rounds of 1,024 records: seconds and rank 0's peak
+  memory growth over the gather.
 """
 import argparse
 import json
@@ -25,9 +33,11 @@ import subprocess
 import sys
 import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N_IMAGES = 118_287
 N_CLASSES = 80
 EVAL_IMAGES = 5_000
+STARTUP_SMALL = 200  # the small run of the start-up measure: the file's first 200 images
 
 
 def generate(work, n_images, seed=0):
@@ -65,6 +75,19 @@ def generate(work, n_images, seed=0):
     with open(ann, "w", encoding="utf-8") as f:
         json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
     return ann, img_dir
+
+
+def subset(ann, n_images, path):
+    """The first ``n_images`` images of ``ann`` with their annotations, written to ``path`` once."""
+    if not os.path.exists(path):
+        with open(ann, encoding="utf-8") as f:
+            data = json.load(f)
+        images = data["images"][:n_images]
+        keep = {img["id"] for img in images}
+        data.update(images=images, annotations=[a for a in data["annotations"] if a["image_id"] in keep])
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+    return path
 
 
 def rss_mb():
@@ -144,21 +167,106 @@ def eval_time(ann, img_dir, backend):
             "AP": round(float(ev.stats[0]), 4)}
 
 
+def startup(train_ann, val_ann, img_dir, profile=None):
+    """Wall seconds and peak resident MB of ``up train --dry-run`` on these files (a child process
+    of this one, so the peak is the run's own)."""
+    import resource
+    import shutil
+    import tempfile
+
+    repo = REPO
+    recipe = os.path.join(repo, "configs", "det", "small_data_fcos.yaml")
+    work = tempfile.mkdtemp(prefix="up_startup_")
+    args = ["train", "--config", recipe, "--work-dir", work, "--dry-run", "--opts",
+            f"dataset.train.kwargs.ann_file={train_ann}", f"dataset.train.kwargs.img_dir={img_dir}",
+            f"dataset.test.kwargs.ann_file={val_ann}", f"dataset.test.kwargs.img_dir={img_dir}",
+            f"net.kwargs.num_classes={N_CLASSES}"]
+    profiler = ["-m", "cProfile", "-o", profile] if profile else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    t = time.perf_counter()
+    run = subprocess.run([sys.executable, *profiler, "-m", "up_trainer", *args], capture_output=True, text=True,
+                         env=env, cwd=repo)
+    seconds = time.perf_counter() - t
+    shutil.rmtree(work, ignore_errors=True)
+    if run.returncode:
+        sys.exit(f"startup: up train --dry-run failed:\n{run.stderr[-3000:]}")
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024}
+
+
+def coco_load_pair(train_ann, val_ann):
+    from pycocotools.coco import COCO
+
+    base, t, cpu = rss_mb(), time.perf_counter(), time.process_time()
+    both = COCO(train_ann), COCO(val_ann)
+    seconds, cpu_seconds, held = time.perf_counter() - t, time.process_time() - cpu, rss_mb() - base
+    assert both  # held until measured
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "held_mb": held}
+
+
+def _gather_rank(rank, world, chunk, init_file, out):
+    import resource
+
+    import torch.distributed as torch_dist
+
+    from up_trainer.engine.distributed import DistInfo
+
+    torch_dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    rng = random.Random(rank)
+    records = []
+    for index in range(rank, EVAL_IMAGES, world):  # as CocoEvaluator.results() gives them
+        boxes = [[rng.uniform(0, 40), rng.uniform(0, 30), rng.uniform(40, 80), rng.uniform(30, 64)]
+                 for _ in range(100)]
+        records.append({"index": index, "image_id": index + 1, "height": 64, "width": 80,
+                        "gt_boxes": boxes[:7], "gt_labels": [1] * 7, "ignore_boxes": [], "boxes": boxes,
+                        "scores": [rng.random() for _ in boxes], "labels": [rng.randint(1, N_CLASSES) for _ in boxes],
+                        "_classes": None, "_cat_ids": None})
+    torch_dist.barrier()
+    base, t = rss_mb(), time.perf_counter()
+    merged = DistInfo().gather_results(records, chunk_records=chunk)
+    seconds = time.perf_counter() - t
+    if rank == 0:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"seconds": seconds, "peak_growth_mb": peak - base, "records": len(merged)}, f)
+    torch_dist.destroy_process_group()
+
+
+def gather_peak(chunk):
+    """Rank 0's peak memory growth and seconds gathering 2 ranks' records (fresh processes)."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from up_trainer.engine.distributed import GATHER_CHUNK_RECORDS
+
+    chunk = GATHER_CHUNK_RECORDS if chunk == "default" else chunk
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        mp.spawn(_gather_rank, args=(2, chunk, os.path.join(tmp, "init"), out), nprocs=2, join=True)
+        with open(out, encoding="utf-8") as f:
+            return dict(json.load(f), chunk=chunk)
+
+
 def in_subprocess(name, *args):
     cmd = [sys.executable, __file__, "--measure", name, "--args", json.dumps(args)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    # the up_trainer of the tree this script is in, whatever is installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 MEASURES = {"index_pycocotools": index_pycocotools, "index_ours": index_ours, "worker_memory": worker_memory,
-            "eval_time": eval_time}
+            "eval_time": eval_time, "startup": startup, "coco_load_pair": coco_load_pair,
+            "gather_peak": gather_peak}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", default="/tmp/up_scale")
     p.add_argument("--images", type=int, default=N_IMAGES)
-    p.add_argument("--only", default="index,workers,eval")
+    p.add_argument("--only", default="index,workers,eval,startup,gather")
+    p.add_argument("--profile", help="startup: write a cProfile of the large run to this file")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     p.add_argument("--args", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -185,6 +293,34 @@ def main():
         ref, ours = in_subprocess("eval_time", ann, img_dir, "pycocotools"), in_subprocess("eval_time", ann, img_dir, "auto")
         print(f"eval: {EVAL_IMAGES} images x 100 detections: pycocotools {ref['seconds']:.2f} s, up (auto backend) "
               f"{ours['seconds']:.2f} s: {ours['seconds'] / ref['seconds']:.3f}x (load {os.getloadavg()[0]:.1f})")
+    if "startup" in only:
+        val = subset(ann, EVAL_IMAGES, os.path.join(a.work, f"instances_val{EVAL_IMAGES}.json"))
+        small = subset(ann, STARTUP_SMALL, os.path.join(a.work, f"instances_{STARTUP_SMALL}.json"))
+        runs = {"small": (small, small), "large": (ann, val)}
+        # the faster of two runs each (a shared box's load comes and goes), in alternation
+        trials = [(k, in_subprocess("startup", *files, img_dir)) for _ in range(2) for k, files in runs.items()]
+        up = {k: min((m for name, m in trials if name == k), key=lambda m: m["seconds"]) for k in runs}
+        ref = {k: in_subprocess("coco_load_pair", *files) for k, files in runs.items()}
+        if a.profile:  # a run of its own: the profiler's overhead stays out of the times above
+            in_subprocess("startup", ann, val, img_dir, a.profile)
+        extra = {k: up["large"][k] - up["small"][k] for k in ("seconds", "cpu_seconds")}
+        ref_extra = {k: ref["large"][k] - ref["small"][k] for k in ("seconds", "cpu_seconds")}
+        print(f"startup: up train --dry-run {up['small']['seconds']:.1f} s with {STARTUP_SMALL} images, "
+              f"{up['large']['seconds']:.1f} s with {a.images} + {EVAL_IMAGES}: +{extra['seconds']:.1f} s "
+              f"(CPU +{extra['cpu_seconds']:.1f} s; "
+              f"peak {up['small']['peak_mb']:.0f} -> {up['large']['peak_mb']:.0f} MB, "
+              f"+{up['large']['peak_mb'] - up['small']['peak_mb']:.0f}); pycocotools COCO() of the same two files "
+              f"+{ref_extra['seconds']:.1f} s (CPU +{ref_extra['cpu_seconds']:.1f} s; "
+              f"+{ref['large']['held_mb'] - ref['small']['held_mb']:.0f} MB held): "
+              f"{extra['seconds'] / max(ref_extra['seconds'], 1e-3):.1f}x wall, "
+              f"{extra['cpu_seconds'] / max(ref_extra['cpu_seconds'], 1e-3):.1f}x CPU (load {os.getloadavg()[0]:.1f})")
+
+    if "gather" in only:
+        for chunk in (None, "default"):
+            m = in_subprocess("gather_peak", chunk)
+            rounds = "one round" if chunk is None else f"rounds of {m['chunk']}"
+            print(f"gather: {m['records']} records of 100 detections from 2 ranks, {rounds}: {m['seconds']:.2f} s, "
+                  f"rank 0 peak +{m['peak_growth_mb']:.0f} MB (load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

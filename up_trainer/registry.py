@@ -236,7 +236,8 @@ MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
                                 "up_trainer.tasks.det.lvis_dataset",
-                                "up_trainer.tasks.cls.csv_dataset", "up_trainer.data.split_list"])
+                                "up_trainer.tasks.cls.csv_dataset", "up_trainer.tasks.cls.meta_dataset",
+                                "up_trainer.data.split_list"])
 EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_trainer.tasks.det.evaluator",
                                     "up_trainer.tasks.det.lvis_evaluator"])
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",

@@ -182,7 +182,7 @@ def test_jsonl_mistyped_instance_values(tmp_path, instance, message):
 # -- classification lists --------------------------------------------------------------------------
 def test_cls_list_with_one_image_under_two_labels(tmp_path):
     from up_trainer.errors import DataError
-    from up_trainer.tasks.cls.datasets import ClsMetaDataset
+    from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 
     save_png(tmp_path / "a.png", 8, 8)
     meta = tmp_path / "train.txt"
@@ -194,7 +194,7 @@ def test_cls_list_with_one_image_under_two_labels(tmp_path):
 def test_cls_unlabeled_list_as_train_is_refused_at_build(tmp_path):
     from up_trainer.data.validation import require_training_data
     from up_trainer.errors import DataError
-    from up_trainer.tasks.cls.datasets import ClsMetaDataset
+    from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 
     save_png(tmp_path / "a.png", 8, 8)
     meta = tmp_path / "infer.txt"

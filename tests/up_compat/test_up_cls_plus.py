@@ -407,7 +407,7 @@ def test_inference_only_meta_files_and_folders_give_unlabeled_images(tmp_path):
     from PIL import Image
 
     from up_trainer.errors import DataError
-    from up_trainer.tasks.cls.datasets import ClsMetaDataset
+    from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 
     (tmp_path / "imgs" / "sub").mkdir(parents=True)
     for name in ("b.png", "sub/a.PNG", "c.JPG"):

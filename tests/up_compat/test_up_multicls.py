@@ -12,7 +12,7 @@ import torch
 
 from conftest import UP_FIXTURES, invoke
 from up_trainer.errors import ConfigError, DataError
-from up_trainer.tasks.cls.datasets import ClsMetaDataset
+from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 from up_trainer.tasks.cls.evaluator import TopKAccuracy
 
 MULTICLS = os.path.join(UP_FIXTURES, "cls", "multicls", "res18.yaml")

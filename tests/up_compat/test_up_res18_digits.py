@@ -70,7 +70,7 @@ def test_up_res18_yaml_learns_the_digits(tmp_path, monkeypatch):
 
 def test_export_matches_what_res18_yaml_reads(tmp_path):
     """The export itself (fast): UP's ``cls`` dataset reads it back, every image and label."""
-    from up_trainer.tasks.cls.datasets import ClsMetaDataset
+    from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 
     n_train, n_test = export_digits_up_cls(tmp_path)
     reader = {"type": "fs_pillow", "kwargs": {"image_dir": str(tmp_path / "images" / "val"), "color_mode": "RGB"}}

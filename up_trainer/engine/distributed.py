@@ -6,6 +6,10 @@ values for logging do it on every rank, before checking ``is_main``).
 import torch
 import torch.distributed as torch_dist
 
+# Records per rank per gather round at evaluation: detection records with 100 boxes pickle to a
+# few kB each, so a round stays within tens of MB per rank whatever the size of the val set.
+GATHER_CHUNK_RECORDS = 1024
+
 
 class DistInfo:
     def __init__(self):
@@ -42,32 +46,36 @@ class DistInfo:
         torch_dist.gather_object(obj, gathered, dst=0)
         return gathered
 
-    def gather_results(self, results):
+    def gather_results(self, results, chunk_records=GATHER_CHUNK_RECORDS):
         """Every rank's per-sample records on rank 0, each sample once.
 
         Records carrying an ``index`` are de-duplicated by it (a padded sampler repeats samples)
         and sorted, so the merged list equals a single-process evaluation. Without ``index`` the
         shards are interleaved back, which inverts the strided ``rank::world_size`` split.
+
+        The records travel in rounds of at most ``chunk_records`` per rank (every rank sends its
+        chunk k in round k, an empty one once it has run out), so the pickled bytes in flight
+        are one chunk per rank, not every rank's whole list at once; ``None`` sends everything
+        in one round.
         """
         if not self.enabled:
             return results
-        gathered = self.gather_object(list(results))
+        results = list(results)
+        chunks = plan_chunks(len(results), chunk_records)
+        # Ranks hold different numbers of records: all take part in as many rounds as the
+        # longest needs (gather_object is a collective every rank must enter).
+        rounds = int(self.all_reduce_max(len(chunks)))
+        gathered = [[] for _ in range(self.world_size)] if self.is_main else None
+        for k in range(rounds):
+            start, stop = chunks[k] if k < len(chunks) else (0, 0)
+            parts = self.gather_object(results[start:stop])
+            if self.is_main:
+                for rank_records, part in zip(gathered, parts):
+                    rank_records += part
+            del parts
         if not self.is_main:
             return []
-        records = [rec for part in gathered for rec in part]
-        if all(isinstance(rec, dict) and "index" in rec for rec in records):
-            seen, merged = set(), []
-            for rec in records:
-                key = _index_key(rec["index"])
-                if key not in seen:
-                    seen.add(key)
-                    merged.append(rec)
-            merged.sort(key=lambda r: _index_key(r["index"]))
-            return merged
-        merged = []
-        for i in range(max(len(p) for p in gathered)):
-            merged += [part[i] for part in gathered if i < len(part)]
-        return merged
+        return merge_rank_results(gathered)
 
     def _reduce(self, values, op):
         t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
@@ -98,6 +106,35 @@ class DistInfo:
         if not self.enabled:
             return float(value)
         return self._reduce([value], torch_dist.ReduceOp.MAX)[0]
+
+
+def plan_chunks(n_records, chunk_records):
+    """``[(start, stop), ...]`` slicing ``n_records`` into runs of at most ``chunk_records``
+    (one run for ``None``; none for no records)."""
+    if chunk_records is None:
+        return [(0, n_records)] if n_records else []
+    if int(chunk_records) < 1:
+        raise ValueError(f"chunk_records must be at least 1, got {chunk_records}")
+    step = int(chunk_records)
+    return [(start, min(start + step, n_records)) for start in range(0, n_records, step)]
+
+
+def merge_rank_results(gathered):
+    """One list from the ranks' record lists (rank order), as a single process would see it."""
+    records = [rec for part in gathered for rec in part]
+    if all(isinstance(rec, dict) and "index" in rec for rec in records):
+        seen, merged = set(), []
+        for rec in records:  # the first copy in rank order wins
+            key = _index_key(rec["index"])
+            if key not in seen:
+                seen.add(key)
+                merged.append(rec)
+        merged.sort(key=lambda r: _index_key(r["index"]))
+        return merged
+    merged = []
+    for i in range(max((len(p) for p in gathered), default=0)):
+        merged += [part[i] for part in gathered if i < len(part)]
+    return merged
 
 
 def _index_key(index):

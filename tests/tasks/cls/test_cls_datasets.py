@@ -10,8 +10,8 @@ from torch.utils.data import DataLoader
 
 from up_trainer.errors import ConfigError, DataError
 from up_trainer.registry import DATASETS
-from up_trainer.tasks.cls.datasets import (ClsMetaDataset, DigitsDataset, ImageFolderDataset, _load_digits,
-                                           stratified_split)
+from up_trainer.tasks.cls.datasets import DigitsDataset, ImageFolderDataset, _load_digits, stratified_split
+from up_trainer.tasks.cls.meta_dataset import ClsMetaDataset
 
 AFFINE = [{"type": "RandomAffine", "kwargs": {"degrees": 15, "translate": [0.2, 0.2]}}]
 
@@ -137,6 +137,29 @@ def test_image_folder_classes_and_samples(folder):
     assert gray[2]["image"].shape == (1, 5, 6)
     assert gray[2]["image"][0, 0, 0].item() == 200
     assert gray.model_input(gray[2]["image"])[0, 0, 0].item() == pytest.approx(200 / 255)
+
+
+def test_image_folder_built_for_a_run_packs_its_rows_and_relabels_them(folder):
+    """Built for a run, the folder's (path, label) rows sit in one packed buffer that loader
+    workers share; samples, the image cache's file list and the run's label map read them."""
+    from up_trainer.data.label_map import one_label_map
+    from up_trainer.data.packed_records import PackedRecords
+    from up_trainer.engine.builder import build_dataset
+
+    entry = {"type": "image_folder", "kwargs": {"root": str(folder)}}
+    plain, built = DATASETS.build(entry, "d"), build_dataset(entry, "dataset.train")
+    assert isinstance(plain.records, list) and isinstance(built.records, PackedRecords)
+    assert list(built.records) == plain.records == list(built.samples) and len(built) == 3
+    assert built.image_files() == plain.image_files()
+    for i in range(3):
+        assert torch.equal(built[i]["image"], plain[i]["image"]) and built[i]["label"] == plain[i]["label"]
+    write_png(str(folder.parent / "train" / "bird" / "x.png"), 1)  # the run's classes: bird, cat, dog
+    write_png(str(folder.parent / "train" / "cat" / "x.png"), 2)
+    write_png(str(folder.parent / "train" / "dog" / "x.png"), 3)
+    train = ImageFolderDataset(root=str(folder.parent / "train"))
+    assert one_label_map(train, [("dataset.test", built)]) == ["bird", "cat", "dog"]
+    assert isinstance(built.records, PackedRecords) and [label for _, label in built.samples] == [1, 1, 2]
+    assert [built[i]["label"].item() for i in range(3)] == [1, 1, 2]
 
 
 def test_image_folder_errors(folder, tmp_path):
