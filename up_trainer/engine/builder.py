@@ -11,6 +11,7 @@ from ..data.readers import set_max_image_pixels
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
+from ..protocols import ConvertsIn, HasHeads, LoadsFiles, ReadsInputs, SavesScores, TranslatesUpWeights
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
 from ..weights import load_fitting, load_weights, match_prefixes
@@ -51,7 +52,7 @@ def build_dataset(entry, path):
     dataset = DATASETS.build(entry, path)
     if isinstance(dataset, PackedIndex):  # loader workers share the records instead of copying them
         dataset.pack_records()
-    if hasattr(dataset, "convert_in"):  # our datasets: where their model-input step runs (dataset.normalize_on)
+    if isinstance(dataset, ConvertsIn):  # our datasets: where their model-input step runs (dataset.normalize_on)
         dataset.convert_in(normalize_on())
     return dataset
 
@@ -100,14 +101,14 @@ def build_evaluator(cfg, test_set):
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
     evaluator = EVALUATORS.build(ev_cfg, "dataset.evaluator")
-    if hasattr(evaluator, "read_inputs"):  # files it needs at evaluation, checked before training
+    if isinstance(evaluator, ReadsInputs):  # files it needs at evaluation, checked before training
         evaluator.read_inputs()
     heads = getattr(test_set, "num_classes", None)
-    if isinstance(heads, list) and hasattr(evaluator, "set_heads"):  # list labels: one classifier head each
+    if isinstance(heads, list) and isinstance(evaluator, HasHeads):  # list labels: one classifier head each
         evaluator.set_heads(len(heads))
-    if getattr(test_set, "save_score", False) and hasattr(evaluator, "save_scores"):
+    if getattr(test_set, "save_score", False) and isinstance(evaluator, SavesScores):
         evaluator.save_scores = True
-    if hasattr(evaluator, "load_files"):
+    if isinstance(evaluator, LoadsFiles):
         evaluator.load_files()
     return evaluator
 
@@ -310,7 +311,6 @@ def load_pretrained(module, path):
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
     weights = match_prefixes(weights, module.state_dict())
-    translate = getattr(module, "translate_up_weights", None)  # a UP net: UP's parameter names too
-    if translate is not None:
-        weights = translate(weights)
+    if isinstance(module, TranslatesUpWeights):  # a UP net: UP's parameter names too
+        weights = module.translate_up_weights(weights)
     return load_fitting(module, weights, f"pretrain_model {path}")

@@ -1,0 +1,85 @@
+"""Every optional member one part of the package looks for on another is declared in
+up_trainer/protocols.py: a probe ``getattr(obj, "name", default)`` or ``hasattr(obj, "name")``
+uses a declared name, or one of the few names below that belong to other libraries' objects."""
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "up_trainer")
+
+# Members of objects that are not ours: what torch, torchvision, the standard library and the
+# command-line and logging libraries may or may not have (by version, platform or wrapper).
+THIRD_PARTY = {
+    # torch: DDP and torch.compile wrappers, versions, internals of DataLoader workers
+    "module", "_orig_mod", "no_sync", "compile", "_foreach_norm", "get_total_norm", "clip_grads_with_norm_",
+    "get_crc32_options", "accelerator", "_storage_Use_Count", "_worker_info", "_workers", "_iterator",
+    "_shutdown_workers", "_worker_pids_set", "detach", "numpy", "item", "ndim", "type", "weight", "bias",
+    "inplace",
+    # torchvision: detectors, their transform, v2 ops and ResNet blocks
+    "roi_heads", "score_thresh", "fixed_size", "canvas_size", "conv1", "conv3", "bn3", "layer1", "_is_cn",
+    # the standard library: signals, os, exceptions, namedtuples, threading.local
+    "SIGSTOP", "SIGCHLD", "pthread_sigmask", "register_at_fork", "strerror", "reason", "_fields", "active",
+    # PyYAML's errors, click's errors, IPython's shell, TensorBoard's event writer
+    "problem_mark", "problem", "ctx", "kernel", "_file_name",
+}
+
+# An object's look at its own optional parts (``hasattr(self, "drop")``) hands nothing on:
+# probes on ``self`` are not counted.
+
+
+def declared_names():
+    tree = ast.parse(open(os.path.join(PACKAGE, "protocols.py"), encoding="utf-8").read())
+    names = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for item in cls.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                names.add(item.target.id)
+            elif isinstance(item, ast.FunctionDef):
+                names.add(item.name)
+    return names
+
+
+def probes(path):
+    """(line, attribute name) of every getattr-with-default / hasattr whose name is a literal."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        wanted = {"getattr": 3, "hasattr": 2}.get(node.func.id)
+        if wanted is None or len(node.args) != wanted:
+            continue
+        obj, name = node.args[0], node.args[1]
+        if isinstance(obj, ast.Name) and obj.id == "self":
+            continue
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            yield node.lineno, name.value
+
+
+def all_probes():
+    for dirpath, _, files in os.walk(PACKAGE):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                for line, name in probes(path):
+                    yield f"{os.path.relpath(path, ROOT)}:{line}", name
+
+
+def test_every_probe_uses_a_declared_name():
+    declared = declared_names()
+    undeclared = [f"{where} probes {name!r}" for where, name in all_probes()
+                  if name not in declared and name not in THIRD_PARTY]
+    assert not undeclared, ("declare these members in up_trainer/protocols.py (or, for another library's "
+                            "object, in THIRD_PARTY here):\n" + "\n".join(undeclared))
+
+
+def test_the_scan_sees_probes(tmp_path):
+    """The scan finds a probe of each form, and skips non-literal names and ``self``."""
+    src = tmp_path / "m.py"
+    src.write_text("getattr(a, 'x', None)\nhasattr(b, 'y')\ngetattr(c, name, None)\n"
+                   "getattr(d, 'z')\nhasattr(self, 'w')\n")
+    assert list(probes(str(src))) == [(1, "x"), (2, "y")]
+
+
+def test_the_allow_list_holds_no_declared_name():
+    """A name both declared and listed as another library's would hide a missing declaration."""
+    assert not THIRD_PARTY & declared_names()
