@@ -145,6 +145,13 @@ class LoadsFiles(Protocol):
     def load_files(self) -> None: ...
 
 
+@runtime_checkable
+class WritesInsight(Protocol):
+    """An evaluator that writes where the model fails (the eval_insight hook, ``up eval --insight``)."""
+
+    def insight(self, results: Any, out_dir: str, dataset: Any = None, **kwargs: Any) -> Any: ...
+
+
 # --- nets: classifiers and detectors --------------------------------------------------------
 
 
