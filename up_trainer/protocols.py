@@ -254,6 +254,27 @@ class Writer(Protocol):
     def add_artifact(self, path: str) -> None: ...
 
 
+@runtime_checkable
+class TakesConfig(Protocol):
+    """A writer that records the run's (redacted) config."""
+
+    def add_config(self, cfg: dict) -> None: ...
+
+
+@runtime_checkable
+class TakesArtifacts(Protocol):
+    """A writer that uploads the run's files at its end."""
+
+    def add_artifact(self, path: str) -> None: ...
+
+
+@runtime_checkable
+class TakesImages(Protocol):
+    """A writer (or the logger hook over the writers) that shows hooks' pictures."""
+
+    def add_image(self, tag: str, image: Any, step: int) -> None: ...
+
+
 class Optimization(Protocol):
     """engine/optim.Optimization as the dry run describes it."""
 
