@@ -83,3 +83,42 @@ def test_the_scan_sees_probes(tmp_path):
 def test_the_allow_list_holds_no_declared_name():
     """A name both declared and listed as another library's would hide a missing declaration."""
     assert not THIRD_PARTY & declared_names()
+
+
+def test_every_declared_member_is_held_by_some_object_of_the_package():
+    """A declaration nothing defines any more (a method renamed on its class) would leave its
+    callers silently skipping the step: each declared name is defined outside protocols.py."""
+    import re
+
+    sources = []
+    for dirpath, _, files in os.walk(PACKAGE):
+        sources += [open(os.path.join(dirpath, f), encoding="utf-8").read() for f in files
+                    if f.endswith(".py") and os.path.join(dirpath, f) != os.path.join(PACKAGE, "protocols.py")]
+    text = "\n".join(sources)
+    unheld = [name for name in sorted(declared_names())
+              if not re.search(rf"def {name}\b|\.{name}\s*=[^=]|^\s+{name}\s*[:=][^=]|\b{name}=", text, re.M)]
+    assert not unheld, f"declared in protocols.py but defined nowhere: {unheld}"
+
+
+def test_the_package_objects_have_the_capabilities_their_callers_check():
+    """The evaluators, data sets and ops the builder and loaders hand on pass the checks that
+    replaced the attribute probes (a renamed method would fail here, not skip a step)."""
+    from up_trainer import protocols as p
+    from up_trainer.data.model_input import FinalConversion
+    from up_trainer.tasks.cls.datasets import ClsDatasetBase
+    from up_trainer.tasks.cls.evaluator import LongTailAccuracy, TopKAccuracy
+    from up_trainer.tasks.det.datasets import DetDataset
+    from up_trainer.tasks.det.evaluator import CocoEvaluator
+    from up_trainer.tasks.det.lvis_evaluator import LvisEvaluator
+    from up_trainer.tasks.det.transforms import KeepRatioResize
+
+    assert issubclass(FinalConversion, p.ConvertsIn)
+    for dataset in (DetDataset, ClsDatasetBase):
+        assert issubclass(dataset, p.ConvertsIn) and issubclass(dataset, p.Relabels)
+        assert issubclass(dataset, p.ListsImageFiles)
+    assert issubclass(DetDataset, p.PerBatch) and not issubclass(ClsDatasetBase, p.PerBatch)
+    assert issubclass(KeepRatioResize, p.PerBatch)
+    assert issubclass(TopKAccuracy, p.HasHeads) and issubclass(TopKAccuracy, p.WritesInsight)
+    assert issubclass(LongTailAccuracy, p.LoadsFiles) and not issubclass(TopKAccuracy, p.LoadsFiles)
+    assert issubclass(LvisEvaluator, p.ReadsInputs) and not issubclass(CocoEvaluator, p.ReadsInputs)
+    assert issubclass(CocoEvaluator, p.WritesInsight)
