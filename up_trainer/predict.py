@@ -23,6 +23,7 @@ import torch
 from . import atomic
 from .errors import ConfigError, DataError
 from .paths import guard_output_dir, kind_of
+from .protocols import FusesForInference
 from .render import draw_boxes, draw_caption, enlarge, save_png, to_uint8
 
 log = logging.getLogger("up")
@@ -65,9 +66,8 @@ def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
     load_fitting_weights(model, weights.state, checkpoint)
     model.recorded_classes = weights.classes
     model = model.to(device).eval()
-    fuse = getattr(model, "fuse_for_inference", None)  # re-parameterised nets (YOLOv6) run their fused form
-    if callable(fuse):
-        fuse()
+    if isinstance(model, FusesForInference):  # re-parameterised nets (YOLOv6) run their fused form
+        model.fuse_for_inference()
     return model
 
 

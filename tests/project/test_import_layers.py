@@ -33,7 +33,7 @@ from conftest import REPO
 PACKAGE = "up_trainer"
 LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
-    ["registry", "config", "exits", "paths", "atomic"],
+    ["registry", "config", "exits", "paths", "atomic", "protocols"],
     ["weights", "pretrained", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks", "tta"],
     ["engine", "distill"],

@@ -16,6 +16,7 @@ stripped. Two classes with one name would merge silently.
 import logging
 
 from ..errors import ConfigError, DataError
+from ..protocols import Relabels
 from .packed_records import PackedIndex, PackedRecords
 
 log = logging.getLogger("up")
@@ -106,17 +107,15 @@ def align(dataset, run, run_from, run_ids=None, run_numbered=False):
     own = list(getattr(dataset, "classes", None) or [])
     if not own or own == list(run) or bool(getattr(dataset, "numbered_classes", False)) != bool(run_numbered):
         return
-    used_labels = getattr(dataset, "used_labels", None)
-    used = used_labels() if used_labels is not None else None
-    relabel = getattr(dataset, "relabel", None)
+    used = dataset.used_labels() if isinstance(dataset, Relabels) else None
     where = source_of(dataset)
-    if relabel is None or used is None:
+    if used is None:
         raise DataError(f"{where}: its classes ({shown_names(own)}) are not those of {run_from} "
                         f"({shown_names(run)}) and this dataset type cannot be mapped onto them by name")
     own_ids = getattr(dataset, "file_cat_ids", None)
     mapping = label_mapping(own, list(run), used, where, run_from, own_ids,
                             run_ids if own_ids is not None else None)
-    relabel(mapping, list(run), run_ids)
+    dataset.relabel(mapping, list(run), run_ids)
     moved = sum(k != v for k, v in mapping.items())
     log.info("%s: its %d classes mapped by name onto the %d classes of %s (%d renumbered, %d absent here)",
              where, len(own), len(run), run_from, moved, len(run) - len(mapping))

@@ -15,6 +15,7 @@ import sys
 import torch
 from torch.utils.data import Dataset, Sampler, Subset, default_collate
 
+from ..protocols import PerBatch
 from .batching import AspectRatioBatchSampler, MixCollate, PadCollate, aspect_ratios_of, build_batch_fn
 from .repeat_factor import RepeatFactorSampler, image_classes_of, repeat_factors
 from .sample_errors import fetch_sample
@@ -67,14 +68,13 @@ class SeededDataset(Dataset):
         inner = self.dataset
         while isinstance(inner, Subset):
             inner = inner.dataset
-        begin, end = getattr(inner, "begin_batch", None), getattr(inner, "end_batch", None)
-        if begin is None:
+        if not isinstance(inner, PerBatch):
             return [fetch_sample(self.dataset, i, self.split) for i in indices]
-        begin()
+        inner.begin_batch()
         try:
             return [fetch_sample(self.dataset, i, self.split) for i in indices]
         finally:
-            end()
+            inner.end_batch()
 
 
 class NamedSamples(Dataset):

@@ -8,6 +8,7 @@ import logging
 import torch
 
 from ..errors import CheckpointError, ConfigError, join_path
+from ..protocols import TranslatesUpWeights
 from ..weights import load_fitting, load_weights, match_prefixes
 
 log = logging.getLogger("up")
@@ -36,9 +37,8 @@ def load_teacher_weights(model, spec, weight_path):
     except CheckpointError as exc:
         raise CheckpointError(f"{where}: {exc}") from None
     weights = match_prefixes(weights, model.state_dict())
-    translate = getattr(model, "translate_up_weights", None)  # a UP net reads UP's parameter names too
-    if translate is not None:
-        weights = translate(weights)
+    if isinstance(model, TranslatesUpWeights):  # a UP net reads UP's parameter names too
+        weights = model.translate_up_weights(weights)
     report = load_fitting(model, weights, f"teacher {spec.name} {weight_path}")
     missing = report["missing"] + report["mismatched"]
     if missing:

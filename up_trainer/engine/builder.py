@@ -10,6 +10,7 @@ from ..data.packed_records import PackedIndex
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
+from ..protocols import HasHeads, LoadsFiles, ReadsInputs, SavesScores, TranslatesUpWeights, UsesContext
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
 from ..weights import load_fitting, load_weights, match_prefixes
@@ -53,7 +54,7 @@ def build_dataset(entry, path, context=None):
     dataset = DATASETS.build(entry, path)
     if isinstance(dataset, PackedIndex):  # loader workers share the records instead of copying them
         dataset.pack_records()
-    if hasattr(dataset, "use_context"):  # our datasets: pixel limit, cache, where their model-input step runs
+    if isinstance(dataset, UsesContext):  # our datasets: pixel limit, cache, where their model-input step runs
         dataset.use_context(context if context is not None else DataContext())
     return dataset
 
@@ -102,14 +103,14 @@ def build_evaluator(cfg, test_set):
     if ev_cfg is None:
         ev_cfg = getattr(test_set, "default_evaluator", None) or {"type": "imagenet"}
     evaluator = EVALUATORS.build(ev_cfg, "dataset.evaluator")
-    if hasattr(evaluator, "read_inputs"):  # files it needs at evaluation, checked before training
+    if isinstance(evaluator, ReadsInputs):  # files it needs at evaluation, checked before training
         evaluator.read_inputs()
     heads = getattr(test_set, "num_classes", None)
-    if isinstance(heads, list) and hasattr(evaluator, "set_heads"):  # list labels: one classifier head each
+    if isinstance(heads, list) and isinstance(evaluator, HasHeads):  # list labels: one classifier head each
         evaluator.set_heads(len(heads))
-    if getattr(test_set, "save_score", False) and hasattr(evaluator, "save_scores"):
+    if getattr(test_set, "save_score", False) and isinstance(evaluator, SavesScores):
         evaluator.save_scores = True
-    if hasattr(evaluator, "load_files"):
+    if isinstance(evaluator, LoadsFiles):
         evaluator.load_files()
     return evaluator
 
@@ -158,7 +159,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     if cache is not None:
         context = context.with_cache(cache)
         for dataset in (train_set, test_set):
-            if dataset is not None and hasattr(dataset, "use_context"):
+            if isinstance(dataset, UsesContext):
                 dataset.use_context(context)
     loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size, context)
 
@@ -316,7 +317,6 @@ def load_pretrained(module, path):
     except CheckpointError as exc:
         raise CheckpointError(f"saver.pretrain_model: {exc}") from None
     weights = match_prefixes(weights, module.state_dict())
-    translate = getattr(module, "translate_up_weights", None)  # a UP net: UP's parameter names too
-    if translate is not None:
-        weights = translate(weights)
+    if isinstance(module, TranslatesUpWeights):  # a UP net: UP's parameter names too
+        weights = module.translate_up_weights(weights)
     return load_fitting(module, weights, f"pretrain_model {path}")

@@ -3,6 +3,7 @@ import logging
 import os
 
 from ..errors import ConfigError
+from ..protocols import WritesInsight
 from ..registry import HOOKS
 from ..writers.run_files import storage_error
 from .base import Hook
@@ -14,15 +15,14 @@ log = logging.getLogger("up")
 def write_insight(trainer, results, num_wrong=16, score_thr=0.3):
     """The evaluator's insight on ``results`` into trainer.results_dir; None when the evaluator
     has none. A failure is logged, never raised: insight must not end a run."""
-    insight = getattr(trainer.evaluator, "insight", None)
-    if insight is None or results is None or not trainer.results_dir:
+    if not isinstance(trainer.evaluator, WritesInsight) or results is None or not trainer.results_dir:
         return None
     from ..engine.rng import rng_state, set_rng_state
 
     kwargs = {"num_wrong": num_wrong} if hasattr(trainer.evaluator, "topk") else {"score_thr": score_thr}
     saved = rng_state()  # reading test images may draw random transforms: a resume stays exact
     try:
-        return insight(results, trainer.results_dir, dataset=trainer.loaders.test_set, **kwargs)
+        return trainer.evaluator.insight(results, trainer.results_dir, dataset=trainer.loaders.test_set, **kwargs)
     except Exception as exc:  # a plotting or data problem must not fail the run ...
         if storage_error(exc) is not None:  # ... a full disk ends it as for any run file (writers/run_files.py)
             raise storage_error(exc) from None

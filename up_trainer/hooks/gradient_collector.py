@@ -9,6 +9,7 @@ are dotted paths in the model as ``model.named_modules()`` spells them (UP's own
 UP's detection head and loss). The hooks are removed when training ends.
 """
 from ..errors import ConfigError, did_you_mean
+from ..protocols import CollectsGrad
 from ..registry import HOOKS
 from .base import Hook
 
@@ -49,10 +50,10 @@ class GradientCollector(Hook):
         model = trainer.module
         base = f"hooks.{self.name}.kwargs"
         target = find_module(model, self.collect_func_module, f"{base}.collect_func_module")
-        collect = getattr(target, "collect_grad", None)
-        if not callable(collect):
+        if not (isinstance(target, CollectsGrad) and callable(target.collect_grad)):
             raise ConfigError(f"{base}.collect_func_module", f"{type(target).__name__} has no collect_grad(grad) method",
                               "name the loss module that collects gradients")
+        collect = target.collect_grad
         index = 1 if self.grad_type == "output" else 0
 
         def on_backward(module, grad_input, grad_output):

@@ -12,6 +12,7 @@ import time
 from typing import Optional, Union
 
 from ..errors import ConfigError
+from ..protocols import TakesArtifacts, TakesConfig, TakesImages
 from ..registry import HOOKS
 from ..writers.fanout import FanOutWriter, writer_specs
 from ..writers.guarded import KeptWriter
@@ -29,7 +30,7 @@ def send_images(trainer, images, step):
     """Pictures for the run's summary writers that show hooks' pictures (W&B), through the
     logger that holds them (train_val_logger.add_image); TensorBoard has its own files."""
     logger = trainer.hooks.get("train_val_logger")
-    if logger is None or not hasattr(logger, "add_image"):
+    if not isinstance(logger, TakesImages):
         return
     for tag, image in images.items():
         logger.add_image(tag, image.numpy() if hasattr(image, "numpy") else image, step)
@@ -106,7 +107,7 @@ class TrainValLogger(Hook):
             where += f" and {self.writer!r}" if self.summary_writer == "pavi" else f" and {logdir}"
             if isinstance(self.writer, FanOutWriter):
                 where += f" ({self.writer!r})"
-            if hasattr(self.writer, "add_config"):
+            if isinstance(self.writer, TakesConfig):
                 from ..config.redact import redact
 
                 self.writer.add_config(redact(trainer.cfg))
@@ -156,7 +157,7 @@ class TrainValLogger(Hook):
                 raise
             except Exception as exc:  # a plotting problem must not fail a finished run
                 log.warning("could not draw results.png: %s", exc)
-        if self.writer is not None and hasattr(self.writer, "add_artifact"):
+        if isinstance(self.writer, TakesArtifacts):
             self._send_artifacts(trainer)
         self._close_writer()
 

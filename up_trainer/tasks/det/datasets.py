@@ -26,6 +26,7 @@ from ...data.validation.coco import coco_records
 from ...data.validation.common import EDGE_TOLERANCE, box_problem, clipped  # noqa: F401  (EDGE_TOLERANCE: re-export)
 from ...data.validation.up_jsonl import up_jsonl_records
 from ...errors import ConfigError, DataError
+from ...protocols import BindsDataSet, PerBatch
 from ...registry import DATASETS
 from ..transforms import build_transforms
 from . import transforms as _det_transforms  # noqa: F401  (registers keep_ar_resize_max, flip, pad_to_stride)
@@ -157,9 +158,9 @@ class DetDataset(PackedIndex, FinalConversion, Dataset):
         self.set_pipeline(build_transforms(transforms, path))
         ops = list(pipeline_ops(self.transform))
         for op in ops:
-            if hasattr(op, "bind"):
+            if isinstance(op, BindsDataSet):
                 op.bind(self)
-        self._per_batch = [op for op in ops if hasattr(op, "begin_batch")]
+        self._per_batch = [op for op in ops if isinstance(op, PerBatch)]
 
     def begin_batch(self):
         """The seeded loader calls this before the samples of one batch are drawn (after

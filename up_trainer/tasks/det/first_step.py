@@ -25,6 +25,7 @@ from torchvision import __version__ as torchvision_version
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from ...protocols import PerBatch
 from ...data.readers import PIL_MODE
 from .pipeline import from_pipeline, to_pipeline
 
@@ -119,12 +120,12 @@ def _probe(dataset):
             random.seed(seed)
             np.random.seed(seed)
             before = _rng_state()
-            if hasattr(step.op, "begin_batch"):
+            if isinstance(step.op, PerBatch):
                 step.op.begin_batch()
             try:
                 results.append(step.target(dataset, record))
             finally:
-                if hasattr(step.op, "end_batch"):
+                if isinstance(step.op, PerBatch):
                     step.op.end_batch()
             if not _same_rng(before, _rng_state()):
                 return None
