@@ -247,3 +247,7 @@ WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])
 IMAGE_READERS = Registry("image reader", ["up_trainer.data.readers"])
+# A detector family's export graph, keyed by the model's ``kind``: a module class built as
+# ``cls(model, height, width, dynamic)`` with ``two_stage`` and ``preprocess`` attributes
+# (up_trainer/export/dense.py, two_stage.py; docs/layout.rst, Adding a detector family).
+EXPORTERS = Registry("exporter", ["up_trainer.export.dense", "up_trainer.export.two_stage"])
