@@ -187,8 +187,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         model = wrap_ddp(model, device, rt)
     seed_everything(rank_seed)
     save_dir = resolve_path(cfg["saver"]["save_dir"], work_dir)
-    trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, schedule=schedule, evaluator=evaluator, hooks=hooks,
-                      store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
+    trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, schedule=schedule, evaluator=evaluator,
+                      hooks=hooks, store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
     trainer.class_names = class_names
     return trainer
