@@ -30,12 +30,14 @@ VARIANTS = {
 
 def build(cfg, runtime):
     from up_trainer.engine.optim import Optimization
+    from up_trainer.engine.schedule import Schedule
     from up_trainer.tasks.net import build_model
 
     torch.manual_seed(0)
     model = build_model(cfg["net"])
     trainer_cfg = dict(cfg["trainer"], lr_scheduler=None)
-    return model, Optimization(model, trainer_cfg, dict(cfg["runtime"], **runtime), torch.device("cpu"), 100)
+    return model, Optimization(model, trainer_cfg, dict(cfg["runtime"], **runtime), torch.device("cpu"),
+                              Schedule(trainer_cfg, 100))
 
 
 def hardware_report():

@@ -40,6 +40,12 @@ def import_user_modules(modules, path="runtime.imports"):
             importlib.import_module(name)
         except ImportError as exc:
             raise ConfigError(join_path(path, i), f"cannot import module {name!r}: {exc}") from None
+        except ConfigError as exc:  # its registrations clash with others
+            raise ConfigError(join_path(path, i), f"module {name!r}: {exc.message}", exc.hint) from None
+
+
+def _qualname(obj):
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
 _ALL = []  # every Registry: which kind a class belongs to, for the leftover-argument message
@@ -60,8 +66,9 @@ class Registry:
 
         def wrap(obj):
             key = name or obj.__name__
-            if key in self._entries and self._entries[key] is not obj:
-                raise KeyError(f"{self.kind} {key!r} is registered twice")
+            if key in self._entries and self._entries[key] is not obj:  # a plugin's name taken: one line, not a traceback
+                raise ConfigError(None, f"{self.kind} {key!r} is registered twice: by {_qualname(self._entries[key])} "
+                                  f"and by {_qualname(obj)}", "give the plugin's entry another name")
             self._entries[key] = obj
             for alias in aliases:
                 self._aliases[alias] = key
@@ -248,3 +255,7 @@ WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])
 IMAGE_READERS = Registry("image reader", ["up_trainer.data.readers"])
+# A detector family's export graph, keyed by the model's ``kind``: a module class built as
+# ``cls(model, height, width, dynamic)`` with ``two_stage`` and ``preprocess`` attributes
+# (up_trainer/export/dense.py, two_stage.py; docs/layout.rst, Adding a detector family).
+EXPORTERS = Registry("exporter", ["up_trainer.export.dense", "up_trainer.export.two_stage"])

@@ -17,6 +17,7 @@ from up_trainer.data import readers
 from up_trainer.data.image_arena import EMPTY, FILLED, ImageCache
 from up_trainer.data.context import DataContext
 from up_trainer.data.image_cache import open_image_cache
+from up_trainer.engine.schedule import Schedule
 from up_trainer.data.loader import LoaderFactory
 from up_trainer.data.worker_advice import worker_advice
 from up_trainer.engine.builder import build_dataset
@@ -104,7 +105,7 @@ def test_dataloader_workers_fill_and_read_one_shared_arena(tmp_path, monkeypatch
     cfg = {"batch_size": 4, "test_batch_size": None, "num_workers": 2, "pin_memory": False,
            "persistent_workers": None, "prefetch_factor": None, "drop_last": False}
     loaders = LoaderFactory(cfg, data, None, seed=0)
-    loaders.epochs = 2
+    loaders.follow(Schedule({"max_epoch": 2}, 1))
     assert loaders.persistent()
     seen = [b["image"] for b in loaders.train_loader(1)]
     # every image decoded once, in the workers, and the main process sees their slots filled:
@@ -238,7 +239,8 @@ def test_persistent_workers_default_to_on_with_workers_and_several_epochs():
     def factory(workers, epochs, setting=None):
         cfg = {"num_workers": workers, "persistent_workers": setting}
         loaders = LoaderFactory(cfg, None, None, seed=0)
-        loaders.epochs = epochs
+        if epochs is not None:
+            loaders.follow(Schedule({"max_epoch": epochs}, 1))
         return loaders.persistent()
     assert factory(2, 5) and not factory(0, 5) and not factory(2, 1) and not factory(2, None)
     assert not factory(2, 5, False) and factory(2, 1, True)

@@ -7,6 +7,7 @@ from torch import nn
 from conftest import write_cfg
 from optim_helpers import digits_cfg, train_in_process
 from up_trainer.engine.optim import Optimization, amp_dtype
+from up_trainer.engine.schedule import Schedule
 from up_trainer.errors import ConfigError
 
 
@@ -60,7 +61,7 @@ def test_fp16_scaler_state_is_checkpointed():
         torch.manual_seed(0)
         model = nn.Linear(4, 2)
         tcfg = {"optimizer": {"type": "SGD", "kwargs": {"lr": 0.1}}, "accumulate": 1, "max_epoch": 1}
-        return model, Optimization(model, tcfg, {"fp16": True, "amp": {"force": True}}, torch.device("cpu"), 4)
+        return model, Optimization(model, tcfg, {"fp16": True, "amp": {"force": True}}, torch.device("cpu"), Schedule(tcfg, 4))
 
     model, optim = make()
     for _ in range(2):  # the default scale overflows fp16 here: the scaler backs off

@@ -8,6 +8,7 @@ from torch import nn
 
 from up_trainer.engine.lr_schedulers import build_lr_scheduler
 from up_trainer.engine.optim import Optimization
+from up_trainer.engine.schedule import Schedule
 from up_trainer.errors import ConfigError
 
 
@@ -108,7 +109,7 @@ def test_optimization_counts_updates_and_scales_by_images_per_update():
     model = nn.Linear(2, 1)
     tcfg = {"optimizer": {"type": "SGD", "kwargs": {"lr": 0.001}}, "accumulate": 4, "max_epoch": 2,
             "lr_scheduler": {"type": "MultiStepLR", "kwargs": {"milestones": [1]}, "warmup_register_type": "base"}}
-    optim = Optimization(model, tcfg, {}, torch.device("cpu"), 9, batch_size=8, world_size=2)
+    optim = Optimization(model, tcfg, {}, torch.device("cpu"), Schedule(tcfg, 9), batch_size=8, world_size=2)
     assert optim.updates_per_epoch == 3  # 4 + 4 + the short last group of 1
     assert optim.lr() == pytest.approx(0.001 * 2 * 8 * 4)
     lrs = []

@@ -16,6 +16,7 @@ from conftest import write_cfg
 from optim_helpers import digits_cfg
 from up_trainer.engine import precision
 from up_trainer.engine.optim import Optimization
+from up_trainer.engine.schedule import Schedule
 from up_trainer.engine.precision import decide_precision, probe_cpu_slowdown
 from up_trainer.errors import ConfigError
 
@@ -148,7 +149,7 @@ def test_a_step_the_scaler_skips_warns_nothing():
     model = nn.Linear(4, 2)
     tcfg = {"optimizer": {"type": "SGD", "kwargs": {"lr": 0.1}}, "accumulate": 1, "max_epoch": 2,
             "lr_scheduler": {"type": "MultiStepLR", "kwargs": {"milestones": [1]}}}
-    optim = Optimization(model, tcfg, {"fp16": True, "amp": {"force": True}}, CPU, 2)
+    optim = Optimization(model, tcfg, {"fp16": True, "amp": {"force": True}}, CPU, Schedule(tcfg, 2))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with optim.autocast():

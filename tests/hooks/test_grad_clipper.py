@@ -9,6 +9,7 @@ from torch import nn
 
 from optim_helpers import digits_cfg, fake_trainer, resolved
 from up_trainer.engine.optim import Optimization
+from up_trainer.engine.schedule import Schedule
 from up_trainer.errors import ConfigError
 from up_trainer.hooks.grad_clipper import GradClipper
 from up_trainer.registry import HOOKS
@@ -95,7 +96,7 @@ def make_trainer(accumulate=1, runtime=None, epoch_len=4):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     tcfg = {"optimizer": {"type": "SGD", "kwargs": {"lr": 0.1}}, "accumulate": accumulate, "max_epoch": 1}
-    optim = Optimization(model, tcfg, runtime or {}, torch.device("cpu"), epoch_len)
+    optim = Optimization(model, tcfg, runtime or {}, torch.device("cpu"), Schedule(tcfg, epoch_len))
     return fake_trainer(model, optim, epoch_len), model
 
 

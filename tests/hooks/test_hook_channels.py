@@ -122,7 +122,7 @@ class H:
         loaders.train_entry = {}
         model = self._model(trainer)
         model.use_l1 = True
-        trainer.schedule_cfg["save_freq"] = 2
+        trainer.schedule.save_freq = 2
         self.trainer.checkpoints.keep = 1
         setattr(trainer.loaders, "on_train_loader", None)
         entry = dict(trainer.loaders.train_entry)
@@ -132,5 +132,5 @@ class H:
 '''
     chains = [c for _, c in assignments_to_the_run(source)]
     assert chains == ["trainer.state.epoch_len", "trainer.loaders.train_entry", "self._model(trainer).use_l1",
-                      "trainer.schedule_cfg['save_freq']", "trainer.checkpoints.keep",
+                      "trainer.schedule.save_freq", "trainer.checkpoints.keep",
                       "setattr(trainer.loaders, ...)", "trainer.stop_training"]

@@ -185,11 +185,12 @@ def test_ups_yolox_file_schedule_and_groups_end_to_end():
 
     from up_trainer.config import resolve_config
     from up_trainer.engine.optim import Optimization
+    from up_trainer.engine.schedule import Schedule
 
     cfg = resolve_config(os.path.join(UP_FIXTURES, "det", "yolox", "yolox_small.yaml"))
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
     n, world = 2, 2  # updates per epoch, processes
-    optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), n,
+    optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), Schedule.of_run(cfg, n),
                          batch_size=cfg["dataset"]["batch_size"], world_size=world)
     opt, sched = optim.optimizer, optim.lr_scheduler
     assert [len(g["params"]) for g in opt.param_groups] == [1, 2, 3, 0]  # BN weight, conv weights, biases (BN too), rest

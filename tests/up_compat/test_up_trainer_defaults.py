@@ -10,6 +10,7 @@ from torch import nn
 from conftest import REPO, UP_FIXTURES
 from up_trainer.config import resolve_config
 from up_trainer.engine.optim import Optimization
+from up_trainer.engine.schedule import Schedule
 
 UP_TRAINER = """
 runtime: {task_names: cls}
@@ -87,7 +88,8 @@ def test_up_form_trainer_builds_ups_lrs_and_groups(tmp_path):
     """UP: lr x world_size x batch, exp warmup from the written lr, pconfig per tensor."""
     cfg = resolve_config(write(tmp_path, UP_TRAINER))
     model = Net()
-    optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), 5, batch_size=8, world_size=2)
+    optim = Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), Schedule.of_run(cfg, 5), batch_size=8,
+                         world_size=2)
     written, target, w = 0.01, 0.01 * 2 * 8, 4
     names = {id(p): n for n, p in model.named_parameters()}
     wd = {names[id(p)]: g["weight_decay"] for g in optim.optimizer.param_groups for p in g["params"]}

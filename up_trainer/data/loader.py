@@ -145,7 +145,12 @@ class LoaderFactory:
             self._repeats = repeat_factors(image_classes_of(train_set), **ds_cfg["repeat_factor"])
         self._train = None  # (loader, sampler, tagged), kept with persistent workers
         self._test = None
-        self.epochs = None  # the run's epoch count (set by the builder): persistent_workers null needs it
+        self.schedule = None  # the run's Schedule (see follow): persistent_workers null reads its epochs
+
+    def follow(self, schedule):
+        """Serve the run ``schedule`` describes. The schedule is sized from this factory's
+        :meth:`epoch_len`, so it comes after construction; only :meth:`persistent` reads it."""
+        self.schedule = schedule
 
     def set_train_set(self, train_set, indices=None, entry=None):
         """Swap the training dataset (the reload hook); ``indices`` restricts epochs to those samples;
@@ -169,7 +174,8 @@ class LoaderFactory:
         latency; kept ones serve every epoch (the loader's seeding keeps every batch identical)."""
         setting = self.cfg.get("persistent_workers")
         if setting is None:
-            return self.cfg["num_workers"] > 0 and (self.epochs or 1) > 1
+            epochs = self.schedule.max_epoch if self.schedule is not None else 1
+            return self.cfg["num_workers"] > 0 and epochs > 1
         return setting
 
     def _common(self):

@@ -121,6 +121,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     from ..data.loader import LoaderFactory
     from ..tasks.net import build_model, check_net
     from .optim import Optimization
+    from .run_length import check_epoch_len
+    from .schedule import Schedule
     from .trainer import Trainer
 
     rt = cfg["runtime"]
@@ -162,6 +164,13 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
             if isinstance(dataset, UsesContext):
                 dataset.use_context(context)
     loaders = LoaderFactory(ds, train_set, test_set, rt["seed"], dist.rank, dist.world_size, context)
+    training = with_optim and train_set is not None
+    if training:  # a data set that fills no batch is refused at start-up, before the slow work
+        check_epoch_len(loaders, ds, dist.world_size)
+    # The run's one schedule (length, frequencies), sized by the training epoch's batches; the
+    # loaders' persistent-workers default reads its epoch count (a single epoch when not training).
+    schedule = Schedule.of_run(cfg, loaders.epoch_len()) if training else Schedule({"max_epoch": 1}, 1)
+    loaders.follow(schedule)
 
     fill_class_count(cfg["net"], train_set if train_set is not None else test_set)
     seed_everything(rt["seed"])  # identical initial weights on every rank
@@ -176,8 +185,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         hooks.add(attach_distillation(cfg, model, device, batch_memory_format(rt),
                                       lambda p: resolve_path(p, work_dir)), name="distill")
     optim = None
-    if with_optim and train_set is not None:
-        optim = Optimization(model, cfg["trainer"], rt, device, loaders.epoch_len(),
+    if training:
+        optim = Optimization(model, cfg["trainer"], rt, device, schedule,
                              batch_size=cfg["dataset"]["batch_size"], world_size=dist.world_size)
     elif with_optim:
         raise ConfigError("dataset.train", "training needs a train dataset")
@@ -185,10 +194,9 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         model = wrap_ddp(model, device, rt)
     seed_everything(rank_seed)
     save_dir = resolve_path(cfg["saver"]["save_dir"], work_dir)
-    trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, evaluator=evaluator, hooks=hooks,
-                      store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
+    trainer = Trainer(cfg=cfg, model=model, optim=optim, loaders=loaders, schedule=schedule, evaluator=evaluator,
+                      hooks=hooks, store=CheckpointStore(save_dir, cfg["saver"]["async_write"]), device=device, dist=dist,
                       run_dir=work_dir or os.getcwd(), results_dir=resolve_path(cfg["saver"]["results_dir"], work_dir))
-    loaders.epochs = trainer.max_epoch if train_set is not None and with_optim else 1
     trainer.class_names = class_names
     return trainer
 

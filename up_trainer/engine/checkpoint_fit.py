@@ -173,9 +173,9 @@ def check_within_run(trainer, ckpt, path):
     since, or another run's file) is refused: resuming it would train nothing and say nothing,
     or train an epoch the schedule does not have."""
     position = saved_position(ckpt)
-    if trainer.length.resume_point(position) != "past":
+    if trainer.schedule.resume_point(position) != "past":
         return
-    key = trainer.length.length_key(trainer.trainer_cfg)
+    key = trainer.schedule.length.length_key(trainer.trainer_cfg)
     if key == "trainer.max_iter":
         configured, needed = trainer.trainer_cfg["max_iter"], position["iter"] + 1
     else:

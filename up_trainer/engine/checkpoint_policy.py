@@ -1,9 +1,10 @@
 """Checkpoint policy: under which names a state is saved, and which numbered files are kept.
 
 :class:`~up_trainer.engine.checkpoint.CheckpointStore` writes files; this decides. At the end
-of epoch e (1-based; ``t`` is the trainer section):
+of epoch e (1-based; or, under runtime.iter_base, after iteration e), as the run's
+:class:`~up_trainer.engine.schedule.Schedule` says:
 
-- periodic: ``ckpt_e{e}.pth`` if e == max_epoch or (e >= save_start and e % save_freq == 0);
+- periodic: ``ckpt_e{e}.pth`` if e is the final position or (e >= save_start and e % save_freq == 0);
 - latest: ``ckpt_latest.pth`` ("current") if save_cur_start > 0, e >= save_cur_start and
   e % save_cur_freq == 0. UP's only_save_latest replaces the per-epoch files by
   ckpt_latest.pth every save_latest_freq epochs and at the last epoch. Every other save
@@ -30,34 +31,16 @@ from .checkpoint import LATEST, epoch_name, interrupt_name, parse_name
 log = logging.getLogger("up")
 
 
-def should_save(epoch, t):
-    if t.get("only_save_latest"):
-        return False
-    return epoch == t["max_epoch"] or (epoch >= t["save_start"] and epoch % t["save_freq"] == 0)
-
-
-def should_save_cur(epoch, t):
-    if t.get("only_save_latest"):
-        return epoch == t["max_epoch"] or epoch % t["save_latest_freq"] == 0
-    start = t["save_cur_start"]
-    return start > 0 and epoch >= start and epoch % t["save_cur_freq"] == 0
-
-
 class CheckpointPolicy:
     """The trainer's one checkpoint policy (``trainer.checkpoints``); see the module docstring."""
 
-    def __init__(self, trainer_cfg, keep=-1):
-        self.trainer_cfg = dict(trainer_cfg)  # its own: frequencies change through set_frequencies
+    def __init__(self, schedule=None, keep=-1):
+        self.schedule = schedule  # the run's Schedule (None: only requested names are ever due)
         self.keep = keep  # newest numbered files kept; -1 keeps all (auto_save_best's max_keep_ckpts)
         self.requested = []  # extra names hooks asked for at this epoch's end
         # The iteration whose state was last saved through the trainer. Set on every rank
         # (Trainer.save_checkpoint runs on all), so ranks agree without communicating.
         self.saved_iter = None
-
-    def set_frequencies(self, save_freq=None):
-        """Save ``ckpt_e{e}.pth`` every ``save_freq`` positions from now on; None: unchanged."""
-        if save_freq is not None:
-            self.trainer_cfg["save_freq"] = save_freq
 
     def set_keep(self, keep):
         """Keep only the newest ``keep`` numbered files (-1: all); see :meth:`rotate`."""
@@ -71,12 +54,12 @@ class CheckpointPolicy:
     def names_due(self, epoch, periodic_name=None):
         """Every name the state at the end of ``epoch`` is due under; clears the requests.
 
-        Under runtime.iter_base ``epoch`` is the global iteration (the trainer section's
-        max_epoch then holds the last iteration) and ``periodic_name`` the file a periodic save
-        goes to (default ``ckpt_e{epoch}.pth``)."""
-        t = self.trainer_cfg
-        names = [periodic_name or epoch_name(epoch)] if should_save(epoch, t) else []
-        if should_save_cur(epoch, t):
+        ``epoch`` is a position in the schedule's unit (under runtime.iter_base the global
+        iteration) and ``periodic_name`` the file a periodic save goes to (default
+        ``ckpt_e{epoch}.pth``)."""
+        s = self.schedule
+        names = [periodic_name or epoch_name(epoch)] if s is not None and s.save_due(epoch) else []
+        if s is not None and s.latest_due(epoch):
             names.append(LATEST)
         names += [n for n in self.requested if n not in names]
         self.requested = []

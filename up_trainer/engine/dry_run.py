@@ -56,7 +56,7 @@ def dry_run(trainer, work_dir=None, resume=None, train_iters=TRAIN_ITERS, eval_b
              train_iters if trainer.optim is not None else 0, eval_batches if trainer.evaluator is not None else 0)
     if trainer.optim is not None:
         log.info(precision_line(trainer.optim))
-        log.info("a real run: %s", trainer.length.describe())  # how max_iter / iter_base map onto epochs
+        log.info("a real run: %s", trainer.schedule.describe())  # how max_iter / iter_base map onto epochs
     report_weights(trainer.cfg, work_dir, resume)
     log.info("hook order per event (built, not run in a dry run):\n%s", trainer.hooks.order_table())
     trainer.hooks = HookList()

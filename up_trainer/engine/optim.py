@@ -100,24 +100,21 @@ def fused_adamw_possible(model):
 
 
 class Optimization:
-    """Everything between loss and step. ``batch_size`` / ``world_size`` only matter for UP's
-    lr scaling (``trainer.lr_scheduler.warmup_register_type: base``)."""
+    """Everything between loss and step. ``schedule``: the run's
+    :class:`~up_trainer.engine.schedule.Schedule` (its epoch length and length size the LR
+    schedule). ``batch_size`` / ``world_size`` only matter for UP's lr scaling
+    (``trainer.lr_scheduler.warmup_register_type: base``)."""
 
-    def __init__(self, model, trainer_cfg, runtime_cfg, device, iters_per_epoch, *, batch_size=1, world_size=None):
+    def __init__(self, model, trainer_cfg, runtime_cfg, device, schedule, *, batch_size=1, world_size=None):
         from .lr_schedulers import build_lr_scheduler
 
         self.optimizer = build_optimizer(model, trainer_cfg["optimizer"])
         self.accumulate = trainer_cfg["accumulate"]
         # Schedules count optimizer updates; the last, short accumulation group is one too.
-        self.updates_per_epoch = -(-iters_per_epoch // self.accumulate)
+        self.updates_per_epoch = -(-schedule.epoch_len // self.accumulate)
         if world_size is None:
             world_size = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        from .run_length import RunLength
-
-        length = RunLength(trainer_cfg, iters_per_epoch, runtime_cfg.get("iter_base", False))
-        # UP's iter_base: the schedule's epoch-valued kwargs count updates (an "epoch" of 1 update)
-        sched_upe = 1 if length.iter_base else self.updates_per_epoch
-        sched_epochs = length.epochs * self.updates_per_epoch if length.iter_base else length.epochs
+        sched_upe, sched_epochs = schedule.lr_span(self.updates_per_epoch)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, trainer_cfg.get("lr_scheduler"), sched_upe,
                                                sched_epochs, world_size=world_size,
                                                batch_size=batch_size * self.accumulate)

@@ -66,6 +66,7 @@ def check_net_and_optimization(cfg):
     from ..tasks.net import build_model
     from .builder import special_bn_init
     from .optim import Optimization
+    from .schedule import Schedule
 
     with torch.device("meta"), _config_failure("net"):
         model = build_model(cfg["net"])
@@ -78,7 +79,7 @@ def check_net_and_optimization(cfg):
     if cfg["dataset"].get("train") is None:
         return
     with _config_failure("trainer"):
-        Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), ASSUMED_EPOCH_LEN,
+        Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), Schedule.of_run(cfg, ASSUMED_EPOCH_LEN),
                      batch_size=cfg["dataset"]["batch_size"], world_size=1)
 
 

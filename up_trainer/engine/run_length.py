@@ -73,12 +73,6 @@ class RunLength:
             return epoch_len
         return max(0, min(epoch_len, self.total_iters - iters_before))
 
-    def schedule_cfg(self, trainer_cfg):
-        """The trainer section as engine/schedule.py reads it: ``max_epoch`` is the final
-        position (the last epoch, or under iter_base the last iteration)."""
-        last = self.iterations if self.iter_base else self.max_epoch
-        return dict(trainer_cfg, max_epoch=last)
-
     def resume_point(self, position):
         """Where a saved training position (TrainState's dict) lies in this run: "past" its end,
         at its "end" (nothing left to train), or None (inside: training continues).

@@ -17,12 +17,11 @@ from ..data.worker_death import worker_death
 from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
 from ..writers.run_files import storage_error
-from . import schedule
 from .checkpoint import LATEST, epoch_name, interrupt_name
 from .checkpoint_fit import check_resumable, describe_position
 from .checkpoint_policy import CheckpointPolicy
 from .rng import rng_state, set_rng_state
-from .run_length import RunLength, check_epoch_len
+from .run_length import check_epoch_len
 from .scalars import Scalars
 from .speed import batch_memory_format
 from .state import TrainState
@@ -40,7 +39,7 @@ def sum_losses(outputs):
 class Trainer:
     """Built by :func:`up_trainer.engine.builder.build_trainer`; see its docstring for fields."""
 
-    def __init__(self, *, cfg, model, optim, loaders, evaluator, hooks, store, device, dist, run_dir,
+    def __init__(self, *, cfg, model, optim, loaders, schedule, evaluator, hooks, store, device, dist, run_dir,
                  results_dir, ema=None):
         self.cfg = cfg
         self.trainer_cfg = cfg["trainer"]
@@ -57,12 +56,9 @@ class Trainer:
         self.ema = ema  # an object with state_dict/load_state_dict, set by the EMA feature
         self.class_names = None  # the run's label map (data/label_map.py), recorded in every checkpoint
         self.state = TrainState()
-        if optim is not None:  # training: a data set that fills no batch is refused here, at start-up
-            check_epoch_len(loaders, cfg["dataset"], dist.world_size)
+        self.schedule = schedule  # the run's length and frequencies (engine/schedule.py), built once
         self.state.epoch_len = loaders.epoch_len() if loaders.train_set is not None else 0
-        self.length = RunLength(self.trainer_cfg, self.state.epoch_len, cfg["runtime"].get("iter_base", False))
-        self.schedule_cfg = self.length.schedule_cfg(self.trainer_cfg)  # max_epoch = the final position
-        self.checkpoints = CheckpointPolicy(self.schedule_cfg)  # which names are due, which files kept
+        self.checkpoints = CheckpointPolicy(schedule)  # which names are due, which files kept
         self.did_update = False  # whether the last iteration stepped the optimizer
         # Whether the in-memory state is one a snapshot resumes exactly: a completed optimizer
         # update, an epoch start or a loaded checkpoint; not mid accumulation group, not mid step.
@@ -93,9 +89,7 @@ class Trainer:
     def set_frequencies(self, test_freq=None, save_freq=None):
         """Evaluate every ``test_freq`` and save ``ckpt_e{e}.pth`` every ``save_freq`` positions
         from now on (yolox_noaug's last epochs); None keeps the current one."""
-        if test_freq is not None:
-            self.schedule_cfg["test_freq"] = test_freq
-        self.checkpoints.set_frequencies(save_freq=save_freq)
+        self.schedule.set_frequencies(test_freq=test_freq, save_freq=save_freq)
 
     def set_model_option(self, name, value):
         """Switch an option of the model (an attribute it has, e.g. YOLOX's ``use_l1``), under
@@ -114,18 +108,18 @@ class Trainer:
     @property
     def max_epoch(self):
         """The last epoch (a run given in iterations ends inside it)."""
-        return self.length.max_epoch
+        return self.schedule.max_epoch
 
     @property
     def total_iters(self):
-        return self.length.iterations
+        return self.schedule.iterations
 
     # -- the loop -------------------------------------------------------------------------
     def train(self):
         st = self.state
         if self._already_complete():
             return
-        log.info(self.length.describe())
+        log.info(self.schedule.describe())
         log.info("hook order per event:\n%s", self.hooks.order_table())
         self.hooks.call("before_train", self)
         try:
@@ -168,9 +162,9 @@ class Trainer:
         """A resumed checkpoint at the very end of this run (its last epoch and the work after
         it done): nothing is trained, run or written, and one line says so. A checkpoint past
         the end was refused when it was checked (checkpoint_fit.check_within_run)."""
-        if self.resumed_from is None or self.length.resume_point(self.state.state_dict()) != "end":
+        if self.resumed_from is None or self.schedule.resume_point(self.state.state_dict()) != "end":
             return False
-        key = self.length.length_key(self.trainer_cfg)
+        key = self.schedule.length.length_key(self.trainer_cfg)
         log.info("nothing to train: %s is at %s and %s is %s, so the run is already complete "
                  "(raise %s to train further)", self.resumed_from, describe_position(self.state.state_dict()), key,
                  self.trainer_cfg["max_iter" if key == "trainer.max_iter" else "max_epoch"], key)
@@ -214,7 +208,7 @@ class Trainer:
         self.model.train()
         self.hooks.call("before_epoch", self, st.epoch)
         # a run given in iterations (max_iter, fractional max_epoch) stops inside its last epoch
-        st.epoch_len = self.length.epoch_batches(st.iter - st.epoch_iter, st.epoch_len)
+        st.epoch_len = self.schedule.epoch_batches(st.iter - st.epoch_iter, st.epoch_len)
         batches = iter(loader)
         self.rewound = False
         while st.epoch_iter < st.epoch_len:
@@ -223,7 +217,7 @@ class Trainer:
             self.train_iter(batch)
             if self.rewound:  # a hook reloaded a checkpoint (nan_guard rollback): continue from there
                 return False
-            if self.length.iter_base and st.epoch_iter < st.epoch_len:
+            if self.schedule.iter_base and st.epoch_iter < st.epoch_len:
                 self.periodic_work(epoch_end=False)
         del batches
         return True
@@ -258,9 +252,9 @@ class Trainer:
     def periodic_work(self, epoch_end):
         """Evaluate and save as the schedule says, at an epoch's end (or, under iter_base,
         after any iteration: positions are then iteration numbers)."""
-        st, t = self.state, self.schedule_cfg
-        pos = st.iter if self.length.iter_base else st.epoch
-        if self.loaders.test_set is not None and t.get("is_eval", True) and schedule.should_eval(pos, t):
+        st = self.state
+        pos = self.schedule.position(st)
+        if self.loaders.test_set is not None and self.schedule.eval_due(pos):
             self.evaluate()
         name = epoch_name(st.epoch) if epoch_end else interrupt_name(st.epoch, st.iter)
         names = self.checkpoints.names_due(pos, periodic_name=name)

@@ -33,8 +33,7 @@ import torch
 
 from ..atomic import write_json
 from ..errors import ConfigError
-from .dense import DENSE_FAMILIES
-from .two_stage import TWO_STAGE_KINDS
+from ..registry import EXPORTERS
 from .graphs import DENSE_KINDS, ClassifierGraph, DenseHeadsGraph, is_detector, scripted_detector
 from .compare import describe, require_compared
 from .inputs import val_samples
@@ -44,7 +43,6 @@ log = logging.getLogger("up")
 FORMATS = ("onnx", "pt2", "torchscript")
 FORMS = ("raw", "end2end")
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt", "pt2": ".pt2"}
-TWO_STAGE = ("faster_rcnn", "up_fcos", "up_rcnn")
 DEFAULT_TOLERANCE = 1e-4
 VERIFY_BATCHES = (1, 3)
 TRACE_BATCH = 2
@@ -113,9 +111,10 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     chosen = inference_weights(checkpoint, use_ema)  # the checkpoint is read once
     model = load_model(cfg, checkpoint, "cpu", use_ema, weights=chosen)
     kind = getattr(model, "kind", None)
-    detector = is_detector(model) or kind in DENSE_FAMILIES + TWO_STAGE
-    if detector and fmt != "torchscript" and kind not in DENSE_FAMILIES + TWO_STAGE_KINDS:
-        families = ", ".join(DENSE_FAMILIES + TWO_STAGE_KINDS)
+    exportable = isinstance(kind, str) and kind in EXPORTERS  # a family that registered its exporter
+    detector = is_detector(model) or exportable
+    if detector and fmt != "torchscript" and not exportable:
+        families = ", ".join(EXPORTERS.names())
         raise ConfigError("--format", f"{fmt} export of {kind} is not supported (families: {families})",
                           "use --format torchscript" if is_detector(model) else
                           "use the checkpoint with up predict / up eval")

@@ -109,8 +109,7 @@ def run_benchmark(cfg, checkpoint, formats, out_dir, *, batch=8, warmup=3, repea
     from ..paths import guard_output_dir
     from ..predict import load_model
     from .evaluate import evaluate_exported, evaluation_trainer
-    from . import TWO_STAGE
-    from .dense import DENSE_FAMILIES
+    from ..registry import EXPORTERS
     from .graphs import is_detector
     from .int8 import primary_metric
 
@@ -120,7 +119,7 @@ def run_benchmark(cfg, checkpoint, formats, out_dir, *, batch=8, warmup=3, repea
     torch.set_num_threads(threads)
     trainer = evaluation_trainer(cfg)
     model = load_model(cfg, checkpoint, "cpu", True)
-    task = "det" if is_detector(model) or getattr(model, "kind", None) in DENSE_FAMILIES + TWO_STAGE else "cls"
+    task = "det" if is_detector(model) or isinstance(getattr(model, "kind", None), str) and model.kind in EXPORTERS else "cls"
     images = _val_images(trainer, batch)
     if not images:
         raise ConfigError("dataset.test", "the val split gave no images to time")

@@ -27,11 +27,8 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..registry import EXPORTERS
 from .shapes import map_count, sizes_tensor
-
-TORCHVISION_DENSE = ("retinanet", "fcos", "ssdlite")
-OWN_DENSE = ("yolox", "retina_plus", "up_fcos")
-DENSE_FAMILIES = TORCHVISION_DENSE + OWN_DENSE
 
 
 @dataclass
@@ -82,17 +79,36 @@ def decode_deltas(rel, anchors, weights, clip):
 
 
 class _Dense(nn.Module):
-    """``forward``: boxes, scores (and ``level_sizes`` when ``dynamic``) from :meth:`levels`."""
+    """``forward``: boxes, scores (and ``level_sizes`` when ``dynamic``) from :meth:`levels`.
+
+    An exporter (``EXPORTERS``): ``two_stage`` False; ``preprocess`` how images reach the graph
+    (``"pad"``: padded model input; ``"torchvision"``: the detector's own transform's sizes)."""
 
     dynamic = False
+    two_stage = False
+    preprocess = "pad"
+
+    @staticmethod
+    def threshold_part(model):
+        """The part of ``model`` whose ``score_thresh`` its post-processing applies."""
+        return getattr(model, "postprocess", None)
 
     def forward(self, image):
         boxes, scores, counts = self.levels(image)
         return (boxes, scores, sizes_tensor(counts)) if self.dynamic else (boxes, scores)
 
 
+@EXPORTERS.register("retinanet")
 class TorchvisionDense(_Dense):
-    """RetinaNet / FCOS / SSDlite: the raw heads (``graphs.DenseHeadsGraph``) decoded."""
+    """RetinaNet (and, below, FCOS / SSDlite): torchvision's raw heads
+    (``graphs.DenseHeadsGraph``) decoded."""
+
+    preprocess = "torchvision"
+    per_class = False
+
+    @staticmethod
+    def threshold_part(model):
+        return getattr(model, "detector", None)  # the top-k per class (SSDlite) instead of over (anchor, class) pairs jointly
 
     def __init__(self, model, height, width, dynamic=False):
         super().__init__()
@@ -100,26 +116,22 @@ class TorchvisionDense(_Dense):
 
         self.dynamic = dynamic
         self.heads = DenseHeadsGraph(model, height, width, dynamic)
-        self.kind = model.kind
         coder = model.detector.box_coder
         self.linear = hasattr(coder, "normalize_by_size")
         self.coder = coder
         det = model.detector
         k = int(det.topk_candidates)
-        per_class = self.kind == "ssdlite"
-        self.spec = DenseSpec([Level(a, k, float(det.score_thresh), per_class)
+        self.spec = DenseSpec([Level(a, k, float(det.score_thresh), self.per_class)
                                for a in self.heads.num_anchors_per_level],
-                              float(det.nms_thresh), int(det.detections_per_img), 1 if per_class else 0)
+                              float(det.nms_thresh), int(det.detections_per_img), 1 if self.per_class else 0)
+
+    @staticmethod
+    def scores(out):
+        return torch.sigmoid(out[0])
 
     def levels(self, image):
         out, anchors, counts = self.heads.run(image)
-        cls, reg = out[0], out[1]
-        if self.kind == "fcos":
-            scores = torch.sqrt(torch.sigmoid(cls) * torch.sigmoid(out[2]))
-        elif self.kind == "ssdlite":
-            scores = torch.softmax(cls, dim=-1)[..., 1:]  # column 0 is the background
-        else:
-            scores = torch.sigmoid(cls)
+        scores, reg = self.scores(out), out[1]
         if self.linear:
             boxes = self.coder.decode(reg, anchors)
         else:
@@ -127,6 +139,27 @@ class TorchvisionDense(_Dense):
         return boxes, scores, counts
 
 
+@EXPORTERS.register("fcos")
+class TorchvisionFcosDense(TorchvisionDense):
+    """torchvision's FCOS: class scores times centerness, square-rooted."""
+
+    @staticmethod
+    def scores(out):
+        return torch.sqrt(torch.sigmoid(out[0]) * torch.sigmoid(out[2]))
+
+
+@EXPORTERS.register("ssdlite")
+class SsdliteDense(TorchvisionDense):
+    """torchvision's SSDlite: softmax over the classes, top-k per class."""
+
+    per_class = True
+
+    @staticmethod
+    def scores(out):
+        return torch.softmax(out[0], dim=-1)[..., 1:]  # column 0 is the background
+
+
+@EXPORTERS.register("yolox")
 class YoloxDense(_Dense):
     """YOLOX: backbone, PAFPN, head; the point grid decoded (``yolox.postprocess``), every level
     one group (YOLOX ranks all points together)."""
@@ -153,9 +186,14 @@ class YoloxDense(_Dense):
         return box_convert(out["box"], "cxcywh", "xyxy"), out["cls"].sigmoid() * out["obj"].sigmoid(), [total]
 
 
+@EXPORTERS.register("retina_plus")
 class AtssDense(_Dense):
     """The ATSS RetinaNet (``retina_plus``): FPN head maps, UP's anchors, deltas decoded,
     scores times the IoU branch where the head has one."""
+
+    @staticmethod
+    def threshold_part(model):
+        return getattr(model, "predictor", None)
 
     def __init__(self, model, height, width, dynamic=False):
         super().__init__()
@@ -197,6 +235,7 @@ class AtssDense(_Dense):
         return decode_deltas(out["deltas"].float(), anchors, self.weights, self.clip), scores, counts
 
 
+@EXPORTERS.register("up_fcos")
 class UpFcosDense(_Dense):
     """UP's FCOS (``up_fcos``): backbone, FPN, head; each point's distances times its level's
     stride around the point, score sigmoid(cls) x sigmoid(centerness) (``FcosPostprocess``)."""
@@ -239,16 +278,16 @@ class UpFcosDense(_Dense):
         return torch.cat((points - d[..., :2], points + d[..., 2:]), -1), cls * ctr, counts
 
 
+def dense_kinds():
+    """The model kinds with a dense export (every one-stage family's exporter)."""
+    return [k for k in EXPORTERS.names() if not EXPORTERS.get(k).two_stage]
+
+
 def dense_graph(model, height, width, dynamic=False):
     """The dense module of ``model`` at (height, width), its ``spec`` attached; ``dynamic``:
     at any size (anchors / points and per-level counts from the feature maps' shapes)."""
     kind = getattr(model, "kind", None)
-    if kind in TORCHVISION_DENSE:
-        return TorchvisionDense(model, height, width, dynamic).eval()
-    if kind == "yolox":
-        return YoloxDense(model, height, width, dynamic).eval()
-    if kind == "retina_plus":
-        return AtssDense(model, height, width, dynamic).eval()
-    if kind == "up_fcos":
-        return UpFcosDense(model, height, width, dynamic).eval()
-    raise ConfigError("--format", f"{kind} has no dense export (dense families: {', '.join(DENSE_FAMILIES)})")
+    exporter = EXPORTERS.get(kind) if isinstance(kind, str) and kind in EXPORTERS else None
+    if exporter is None or exporter.two_stage:
+        raise ConfigError("--format", f"{kind} has no dense export (dense families: {', '.join(dense_kinds())})")
+    return exporter(model, height, width, dynamic).eval()

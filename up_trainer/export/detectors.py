@@ -22,16 +22,21 @@ its largest image rounded up to ``size_divisible``, as the model itself pads.
 import torch
 
 from .compare import Cuts
-from .dense import TORCHVISION_DENSE, dense_graph
+from ..registry import EXPORTERS
+from .dense import dense_graph
 from .select import EndToEnd
-from .two_stage import OUTPUT_NAMES as TWO_STAGE_OUTPUTS, TWO_STAGE_KINDS, TwoStageEndToEnd, TwoStageGraph
+from .two_stage import OUTPUT_NAMES as TWO_STAGE_OUTPUTS, TwoStageEndToEnd
 
 TRACE_BATCH = 2
 
 
+def is_two_stage(model):
+    return EXPORTERS.get(model.kind, "--format").two_stage
+
+
 def preprocess_record(model, size):
     """How images reach the graph (see :mod:`.runtime`)."""
-    if model.kind in TORCHVISION_DENSE or model.kind in ("faster_rcnn",):
+    if EXPORTERS.get(model.kind, "--format").preprocess == "torchvision":
         t = model.detector.transform
         return {"type": "torchvision", "min_size": int(t.min_size[-1]), "max_size": int(t.max_size),
                 "size_divisible": int(t.size_divisible), "image_mean": [float(v) for v in t.image_mean],
@@ -62,8 +67,8 @@ def second_size(size, resized=False):
 
 def build_graph(model, size, form, dynamic=False):
     """(module, input names, output names, decode record or None)."""
-    if model.kind in TWO_STAGE_KINDS:
-        graph = TwoStageGraph(model, size[1], size[2], dynamic).eval()
+    if is_two_stage(model):
+        graph = EXPORTERS.get(model.kind, "--format")(model, size[1], size[2], dynamic).eval()
         if form == "end2end":
             return TwoStageEndToEnd(graph).eval(), ["image", "image_sizes"], list(TwoStageEndToEnd.output_names), None
         return graph, ["image", "image_sizes"], list(TWO_STAGE_OUTPUTS), graph.spec.to_json()
@@ -108,7 +113,7 @@ def export_dense_detector(model, size, fmt, form, out, opset, verify_batches, dy
     from .runtime import ExportedModel
 
     graph, inputs, outputs, decode = build_graph(model, size, form, dynamic)
-    if form == "dense" and model.kind in TWO_STAGE_KINDS:
+    if form == "dense" and is_two_stage(model):
         form = "two_stage"
     with torch.no_grad():
         program = write_graph(graph, example_inputs(size, TRACE_BATCH, inputs, 0), inputs, outputs, fmt, out, opset,

@@ -75,20 +75,12 @@ def batch_images(samples, size, crop):
 
 
 def threshold_holder(model):
-    """The part of ``model`` whose ``score_thresh`` its post-processing applies, or None."""
+    """The part of ``model`` whose ``score_thresh`` its post-processing applies, or None (its
+    family's exporter says which part that is)."""
+    from ..registry import EXPORTERS
+
     kind = getattr(model, "kind", None)
-    detector = getattr(model, "detector", None)
-    part = None
-    if kind == "faster_rcnn":
-        part = getattr(detector, "roi_heads", None)
-    elif kind in ("retinanet", "fcos", "ssdlite"):
-        part = detector
-    elif kind in ("yolox", "up_fcos"):
-        part = getattr(model, "postprocess", None)
-    elif kind == "retina_plus":
-        part = getattr(model, "predictor", None)
-    elif kind == "up_rcnn":
-        part = model._part("box")
+    part = EXPORTERS.get(kind).threshold_part(model) if isinstance(kind, str) and kind in EXPORTERS else None
     value = getattr(part, "score_thresh", None)
     return part if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 

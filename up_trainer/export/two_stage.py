@@ -34,11 +34,11 @@ from torch import nn
 from torchvision.ops import roi_align
 
 from ..errors import ConfigError
+from ..registry import EXPORTERS
 from .dense import DenseSpec, Level, decode_deltas
 from .select import DROPPED, _BatchNMS, Select
 from .shapes import at_most, map_count
 
-TWO_STAGE_KINDS = ("faster_rcnn", "up_rcnn")
 OUTPUT_NAMES = ["proposals", "num_proposals", "boxes", "scores"]
 
 
@@ -203,13 +203,24 @@ def _per_class(deltas, classes):
         deltas.reshape(deltas.shape[0], classes, 4)
 
 
+@EXPORTERS.register("up_rcnn")
 class TwoStageGraph(nn.Module):
-    """image, image_sizes -> proposals, num_proposals, boxes, scores (see the module docstring)."""
+    """image, image_sizes -> proposals, num_proposals, boxes, scores (see the module docstring).
+    The exporter of UP's two-stage nets (``up_rcnn``); :class:`TorchvisionTwoStageGraph`
+    torchvision's Faster R-CNN."""
+
+    two_stage = True
+    preprocess = "pad"
+    torchvision = False  # the net's parts: torchvision's detector, or UP's rpn / box stages
+
+    @staticmethod
+    def threshold_part(model):
+        """The part of ``model`` whose ``score_thresh`` its post-processing applies."""
+        return model._part("box")
 
     def __init__(self, model, height, width, dynamic=False):
         super().__init__()
         self.model, self.dynamic = model, dynamic
-        self.torchvision = model.kind == "faster_rcnn"
         if self.torchvision:
             t = model.detector.transform
             self.register_buffer("mean", torch.tensor(t.image_mean, dtype=torch.float32).view(1, -1, 1, 1))
@@ -271,6 +282,23 @@ class TwoStageGraph(nn.Module):
         scores = scores.view(n, p, classes)[:, :, 1:]
         scores = torch.where(valid.unsqueeze(-1), scores, torch.full_like(scores, DROPPED))
         return proposals, valid.sum(1), boxes, scores
+
+
+@EXPORTERS.register("faster_rcnn")
+class TorchvisionTwoStageGraph(TwoStageGraph):
+    """torchvision's Faster R-CNN (FPN): its transform normalises inside the graph."""
+
+    preprocess = "torchvision"
+    torchvision = True
+
+    @staticmethod
+    def threshold_part(model):
+        return getattr(getattr(model, "detector", None), "roi_heads", None)
+
+
+def two_stage_kinds():
+    """The model kinds exported as two-stage graphs."""
+    return [k for k in EXPORTERS.names() if EXPORTERS.get(k).two_stage]
 
 
 class TwoStageEndToEnd(nn.Module):
