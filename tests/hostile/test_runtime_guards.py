@@ -10,7 +10,8 @@ from PIL import Image
 
 from up_trainer.data import readers
 from up_trainer.data.image_arena import EMPTY, FILLED
-from up_trainer.data.image_cache import install, open_image_cache
+from up_trainer.data.context import DataContext
+from up_trainer.data.image_cache import open_image_cache
 from up_trainer.data.image_cache_disk import INDEX
 
 from conftest import invoke
@@ -67,21 +68,22 @@ def test_a_corrupt_disk_cache_index_entry_starts_the_arena_over(tmp_path, corrup
         paths.append(str(tmp_path / f"p{i}.png"))
         Image.fromarray(np.full((6, 5, 3), 40 * i, np.uint8)).save(paths[-1])
     cache_dir = str(tmp_path / "cache")
+    cache = open_image_cache({"cache": "disk"}, [("dataset.train", _Files(paths))], cache_dir)
+    for p in paths:
+        readers.decode_image(p, "RGB", context=DataContext(image_cache=cache))
+    assert cache.filled() == 2
+    cache.close()
+    index_path = os.path.join(cache_dir, INDEX)
+    with open(index_path) as f:
+        index = json.load(f)
+    index["entries"][0] = corrupt(index["entries"][0])  # the token still matches the table
+    with open(index_path, "w") as f:
+        json.dump(index, f)
+    cache = open_image_cache({"cache": "disk"}, [("dataset.train", _Files(paths))], cache_dir)
     try:
-        cache = open_image_cache({"cache": "disk"}, [("dataset.train", _Files(paths))], cache_dir)
-        for p in paths:
-            readers.decode_image(p, "RGB")
-        assert cache.filled() == 2
-        cache.close()
-        index_path = os.path.join(cache_dir, INDEX)
-        with open(index_path) as f:
-            index = json.load(f)
-        index["entries"][0] = corrupt(index["entries"][0])  # the token still matches the table
-        with open(index_path, "w") as f:
-            json.dump(index, f)
-        cache = open_image_cache({"cache": "disk"}, [("dataset.train", _Files(paths))], cache_dir)
         assert list(cache._table["state"]) == [EMPTY, EMPTY]
-        assert np.array_equal(readers.decode_image(paths[1], "RGB"), np.full((6, 5, 3), 40, np.uint8))
+        image = readers.decode_image(paths[1], "RGB", context=DataContext(image_cache=cache))
+        assert np.array_equal(image, np.full((6, 5, 3), 40, np.uint8))
         assert cache._table["state"][1] == FILLED
     finally:
-        install(None)
+        cache.close()

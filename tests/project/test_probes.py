@@ -19,6 +19,7 @@ THIRD_PARTY = {
     "roi_heads", "score_thresh", "fixed_size", "canvas_size", "conv1", "conv3", "bn3", "layer1", "_is_cn",
     # the standard library: signals, os, exceptions, namedtuples, threading.local
     "SIGSTOP", "SIGCHLD", "pthread_sigmask", "register_at_fork", "strerror", "reason", "_fields", "active",
+    "__module__", "__qualname__",  # any Python object (a registry names the class it refuses)
     # PyYAML's errors, click's errors, IPython's shell, TensorBoard's event writer
     "problem_mark", "problem", "ctx", "kernel", "_file_name",
 }
