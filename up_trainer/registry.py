@@ -239,7 +239,8 @@ def check_kwargs(obj, kwargs, path, provided=()):
 
 HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority", "name"))
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models",
-                             "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.atss"])
+                             "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.atss",
+                             "up_trainer.tasks.ssl.models"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
                                 "up_trainer.tasks.det.lvis_dataset",
@@ -250,7 +251,8 @@ EVALUATORS = Registry("evaluator", ["up_trainer.tasks.cls.evaluator", "up_traine
 TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.tasks.det.transforms",
                                     "up_trainer.tasks.det.yolox.transforms", "up_trainer.tasks.det.mix_transforms",
                                     "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre",
-                                    "up_trainer.tasks.det.onenet.transforms"])
+                                    "up_trainer.tasks.det.onenet.transforms",
+                                    "up_trainer.tasks.ssl.views"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])
