@@ -180,6 +180,8 @@ class Net(Protocol):
     def translate_up_weights(self, state: dict) -> dict: ...  # UP's parameter names -> ours
     def fuse_for_inference(self) -> Any: ...  # re-parameterised nets (YOLOv6) fuse for predict
     def collect_grad(self, grad: Any) -> None: ...  # a loss that reads gradients (EFL)
+    def check_batch_size(self, batch_size: int, world_size: int) -> None: ...  # MoCo's queue vs the batch
+    def check_pretrained(self, report: dict, source: str) -> None: ...  # frozen parts must load (UP's self)
 
 
 class Detector(Net, Protocol):
@@ -203,6 +205,16 @@ class Classifier(Net, Protocol):
 @runtime_checkable
 class TranslatesUpWeights(Protocol):
     def translate_up_weights(self, state: dict) -> dict: ...
+
+
+@runtime_checkable
+class ChecksBatchSize(Protocol):
+    def check_batch_size(self, batch_size: int, world_size: int) -> None: ...
+
+
+@runtime_checkable
+class ChecksPretrained(Protocol):
+    def check_pretrained(self, report: dict, source: str) -> None: ...
 
 
 @runtime_checkable

@@ -10,7 +10,8 @@ from ..data.packed_records import PackedIndex
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
-from ..protocols import HasHeads, LoadsFiles, ReadsInputs, SavesScores, TranslatesUpWeights, UsesContext
+from ..protocols import (ChecksBatchSize, ChecksPretrained, HasHeads, LoadsFiles, ReadsInputs, SavesScores,
+                         TranslatesUpWeights, UsesContext)
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
 from .allocator import tune_malloc
 from ..weights import load_fitting, load_weights, match_prefixes
@@ -175,6 +176,8 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     fill_class_count(cfg["net"], train_set if train_set is not None else test_set)
     seed_everything(rt["seed"])  # identical initial weights on every rank
     model = build_model(cfg["net"])
+    if training and isinstance(model, ChecksBatchSize):  # a pretraining queue tiled by the batch (tasks/ssl)
+        model.check_batch_size(cfg["dataset"]["batch_size"], dist.world_size)
     if rt["special_bn_init"]:
         special_bn_init(model)
     model = prepare_model(model.to(device), rt)
@@ -327,4 +330,7 @@ def load_pretrained(module, path):
     weights = match_prefixes(weights, module.state_dict())
     if isinstance(module, TranslatesUpWeights):  # a UP net: UP's parameter names too
         weights = module.translate_up_weights(weights)
-    return load_fitting(module, weights, f"pretrain_model {path}")
+    report = load_fitting(module, weights, f"pretrain_model {path}")
+    if isinstance(module, ChecksPretrained):  # UP's freeze_patterns: the frozen part must have loaded
+        module.check_pretrained(report, f"saver.pretrain_model: {path}")
+    return report

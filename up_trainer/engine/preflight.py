@@ -78,6 +78,10 @@ def check_net_and_optimization(cfg):
         check_distill(cfg, model)
     if cfg["dataset"].get("train") is None:
         return
+    from ..protocols import ChecksBatchSize
+
+    if isinstance(model, ChecksBatchSize):  # a pretraining queue tiled by the batch (tasks/ssl)
+        model.check_batch_size(cfg["dataset"]["batch_size"], 1)
     with _config_failure("trainer"):
         Optimization(model, cfg["trainer"], cfg["runtime"], torch.device("cpu"), Schedule.of_run(cfg, ASSUMED_EPOCH_LEN),
                      batch_size=cfg["dataset"]["batch_size"], world_size=1)

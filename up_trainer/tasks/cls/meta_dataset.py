@@ -25,7 +25,10 @@ class ClsMetaDataset(PackedIndex, ClsDatasetBase):
     missing file fails before training instead of mid-epoch. save_score (UP): the evaluation
     results file (``results_dir``) holds every class's score per image, not only the top-k."""
 
-    META_TYPES = ("imagenet", "custom_cls", "inference_only")
+    META_TYPES = ("imagenet", "custom_cls", "inference_only", "moco_imagenet", "moco_custom")
+    # UP's self-supervised parsers read the same lines (UP then zeroes the labels, which
+    # pretraining never reads; they are kept here)
+    SSL_META_TYPES = {"moco_imagenet": "imagenet", "moco_custom": "custom_cls"}
     IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")  # UP's folder search (any case here)
 
     def __init__(self, meta_file: str, image_dir: str = "", color_mode: str = "RGB",
@@ -54,7 +57,7 @@ class ClsMetaDataset(PackedIndex, ClsDatasetBase):
         self.set_draft(decode_draft)
         self.meta_file = meta_file
         self.image_dir, self.color_mode = self.reader.image_dir, self.reader.color_mode
-        self.records = self._parse(meta_file, meta_type)  # (path, label, line number)
+        self.records = self._parse(meta_file, self.SSL_META_TYPES.get(meta_type, meta_type))  # (path, label, line)
         check_one_label_per_image(self.records, meta_file)
         if check_files:
             for path, _, lineno in self.records:

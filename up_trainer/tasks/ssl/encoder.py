@@ -119,3 +119,18 @@ def check_unit(value, path, low_open=False):
     if not ok or not (0 < value if low_open else 0 <= value) or not value < 1:
         raise ConfigError(path, f"expected a number in {'(0' if low_open else '[0'}, 1), got {value!r}")
     return float(value)
+
+
+# UP's ssl net keeps its online encoder under the wrapper's name: ``backbone.encoder_q.*`` (MoCo),
+# ``backbone.encoder.*`` (SimCLR, SimSiam), ``backbone.base_encoder.*`` (MoCo v3).
+UP_ONLINE_ENCODERS = ("encoder_q", "base_encoder", "encoder")
+
+
+def up_online_encoder_keys(state, part):
+    """A UP ssl checkpoint's online encoder renamed to the classifier's ``<part>.*`` (other
+    weights pass unchanged); our own checkpoints already use ``<part>.*``."""
+    for wrapper in UP_ONLINE_ENCODERS:
+        prefix = f"{part}.{wrapper}."
+        if any(k.startswith(prefix) for k in state):
+            return {(f"{part}." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
+    return state

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models.vision_transformer import EncoderBlock
 
-from ...errors import DataError
+from ...errors import ConfigError, DataError
 from .contrastive import _Pretrainer
 from .encoder import sincos_position_embedding
 
@@ -24,9 +24,9 @@ class MAE(_Pretrainer):
         super().__init__()
         width = self._encoder(backbone)
         trunk = self.backbone
-        if not hasattr(trunk, "class_token"):
-            from ...errors import ConfigError
+        from ..up_nets.vit import ViTTrunk
 
+        if not isinstance(trunk, ViTTrunk):
             raise ConfigError("backbone.type", "MAE masks the patches of a ViT", "use a vit_* backbone")
         self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
         self.patch, self.grid = trunk.patch_size, trunk.image_size // trunk.patch_size

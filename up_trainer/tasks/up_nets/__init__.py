@@ -160,6 +160,10 @@ def _shape(net_cfg, path):
 
 def build_up_net(net_cfg, path="net"):
     """The nn.Module for a UP net list (raises ConfigError on anything not mapped)."""
+    from .freeze import build_with_self_entry, has_self_entry
+
+    if has_self_entry(net_cfg):  # UP's whole-model options (freeze_patterns): freeze.py
+        return build_with_self_entry(net_cfg, path, build_up_net)
     _check_entries(net_cfg, path)
     shape = _shape(net_cfg, path)
     if shape == "cls":

@@ -117,6 +117,9 @@ def build_resnet(arch, opts):
     init = read_initializer(opts)
     in_channels = opts.take("input_channel", 3, types=int)
     deep_stem = opts.take("deep_stem", False, types=bool)
+    # not a kwarg of UP's ResNet (UP: TypeError), but UP's simsiam_100e.yaml gives it: honoured as
+    # torchvision's (each block's last norm starts at zero, so the block starts as its shortcut)
+    zero_init_residual = opts.take("zero_init_residual", False, types=bool)
     fixed = [("multiplier", 1), ("checkpoint", False), ("nnie", False), ("fa", None)]
     if variant_d:  # UP's resnet_D takes no drop path, avg_down, down_sample, block_type or width
         drop_path, avg_down = 0.0, False
@@ -156,6 +159,9 @@ def build_resnet(arch, opts):
     strides = [[4, 4, 8, 16, 16 if dilated else 32][i] for i in out_layers]
     trunk = Trunk(stages, out_layers, [planes[i] for i in out_layers], strides, frozen)
     initialize(trunk, init)
+    if zero_init_residual:
+        for block in blocks:
+            nn.init.zeros_((block.bn3 if hasattr(block, "bn3") else block.bn2).weight)
     if variant_d and init is None:  # UP's resnet_D zeroes its shortcut norms; an initializer resets them
         for block in blocks:
             shortcut_norm = block.downsample[-1] if block.downsample is not None else None

@@ -248,8 +248,10 @@ def build_classifier(net_cfg, path):
 
 def _translate_up_weights(self, state):
     """UP-named weights (a UP checkpoint or ``pretrain_model``) renamed to ours."""
+    from ..ssl.encoder import up_online_encoder_keys
     from .keymap import backbone_rules, family, translate
 
+    state = up_online_encoder_keys(state, self.part_names[0])  # a UP ssl checkpoint (linear probe)
     state = translate(state, {self.part_names[0]: backbone_rules(self.up_backbone_type)})
     if family(self.up_backbone_type) == "convnext":
         from .convnext import reshape_layer_scales

@@ -12,9 +12,7 @@ REFUSED = {
     "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
     "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
-    "ssl": ("self-supervised pre-training wrapper (MoCo, SimCLR, SimSiam, MAE)", "supervised training only"),
-    "base_ssl_postprocess": ("self-supervised loss post-process", "supervised training only"),
-    "self": ("whole-model options (freeze_patterns)", "frozen_layers on the backbone"),
+    "base_ssl_postprocess": ("self-supervised loss post-process", "the ssl net entry it follows (docs/ssl.rst)"),
     # -- detection ----------------------------------------------------------------------------
     "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
                             "RetinaHeadWithBN (UP form: convs shared across levels)"),

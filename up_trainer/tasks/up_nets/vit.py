@@ -162,8 +162,11 @@ def read_vit_head(opts, in_plane, idx, num_classes):
     opts.take("use_pool", False, types=bool)  # UP's vit_head never pools: it picks tokens
     opts.take("dropout", None, only=None, why="UP's vit_head builds a dropout but never applies it; "
               "use the backbone's dropout")
-    cls_type = opts.take("cls_type", "token", types=str, check=lambda v: None if v in ("token", "gap")
-                         else "expected token or gap")
+    # UP reads the class token for "token" and pools the patch tokens for any other value;
+    # its MAE fine-tune file writes avg_pool
+    cls_type = opts.take("cls_type", "token", types=str, check=lambda v: None if v in ("token", "gap", "avg_pool")
+                         else "expected token, gap or avg_pool")
+    cls_type = "gap" if cls_type == "avg_pool" else cls_type
     bn = opts.take("bn", None) is not None  # UP: any value but null adds the norm
     rep = opts.take("representation_size", None, types=(int, type(None)))
     opts.done()
