@@ -126,11 +126,14 @@ def check_unit(value, path, low_open=False):
 UP_ONLINE_ENCODERS = ("encoder_q", "base_encoder", "encoder")
 
 
-def up_online_encoder_keys(state, part):
+def up_online_encoder_keys(state, part, own_keys):
     """A UP ssl checkpoint's online encoder renamed to the classifier's ``<part>.*`` (other
-    weights pass unchanged); our own checkpoints already use ``<part>.*``."""
+    weights pass unchanged); our own checkpoints already use ``<part>.*``, and a backbone whose
+    own modules carry such a name (a ViT's ``encoder``) is left alone."""
     for wrapper in UP_ONLINE_ENCODERS:
         prefix = f"{part}.{wrapper}."
+        if any(k.startswith(prefix) for k in own_keys):
+            continue
         if any(k.startswith(prefix) for k in state):
             return {(f"{part}." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state.items()}
     return state

@@ -251,7 +251,7 @@ def _translate_up_weights(self, state):
     from ..ssl.encoder import up_online_encoder_keys
     from .keymap import backbone_rules, family, translate
 
-    state = up_online_encoder_keys(state, self.part_names[0])  # a UP ssl checkpoint (linear probe)
+    state = up_online_encoder_keys(state, self.part_names[0], self.state_dict())  # a UP ssl checkpoint (linear probe)
     state = translate(state, {self.part_names[0]: backbone_rules(self.up_backbone_type)})
     if family(self.up_backbone_type) == "convnext":
         from .convnext import reshape_layer_scales
