@@ -253,6 +253,8 @@ TRANSFORMS = Registry("transform", ["up_trainer.tasks.transforms", "up_trainer.t
                                     "up_trainer.tasks.det.improve_transforms", "up_trainer.tasks.rand_augment_incre",
                                     "up_trainer.tasks.det.onenet.transforms",
                                     "up_trainer.tasks.ssl.views"])
+# The backbones a pretraining net (tasks/ssl) is built on: ``build(kwargs, path) -> Encoder``.
+SSL_BACKBONES = Registry("pretraining backbone", ["up_trainer.tasks.up_nets.ssl_backbones"])
 WRITERS = Registry("summary writer", ["up_trainer.writers"])
 LR_SCHEDULERS = Registry("lr scheduler", ["up_trainer.engine.lr_schedulers", "up_trainer.engine.up_lr_schedulers"])
 BATCH_FNS = Registry("batch_fn", ["up_trainer.data.batching"])

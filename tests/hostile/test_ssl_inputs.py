@@ -70,7 +70,7 @@ def test_moco_v3_with_two_temperatures_refused(tmp_path):
     ({"type": "moco", "kwargs": {"backbone": RESNET, "queue_size": 12}}, ("net.kwargs.queue_size", "multiple")),
     ({"type": "moco", "kwargs": {"backbone": RESNET, "momentum": 1.5}}, ("net.kwargs.momentum",)),
     ({"type": "simclr", "kwargs": {"backbone": RESNET, "temperature": 0}}, ("net.kwargs.temperature",)),
-    ({"type": "simclr", "kwargs": {"backbone": {"type": "resnet19"}}}, ("net.kwargs.backbone.type", "not a mapped")),
+    ({"type": "simclr", "kwargs": {"backbone": {"type": "resnet19"}}}, ("net.kwargs.backbone.type", "unknown pretraining backbone type")),
     ({"type": "simsiam", "kwargs": {"backbone": "resnet18"}}, ("net.kwargs.backbone", "expected dict")),
     ({"type": "mae", "kwargs": {"backbone": RESNET}}, ("net.kwargs.backbone.type", "ViT")),
     ({"type": "mae", "kwargs": {"backbone": RESNET, "mask_ratio": 1.0}}, ("net.kwargs.mask_ratio",)),

@@ -56,19 +56,8 @@ REFUSED = {
     'sparse/det/retinanet/retinanet-r18-improve_amba_sparse.yaml': "runtime.runner.type: UP's 'sparse' runner is not mapped",
     'sparse/det/retinanet/retinanet-r18-improve_ampere_sparse.yaml': "runtime.runner.type: UP's 'sparse' runner is not mapped",
     # -- ssl --
-    'ssl/mae/mae_vit_base_patch16_dec512d8b.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/mae/mae_vit_base_patch16_dec512d8b_800e.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml': 'net[1].kwargs.cls_type: expected token or gap',
-    'ssl/mae/mae_vit_base_patch16_dec512d8b_linear.yaml': "net[0].type: self is UP's whole-model options",
-    'ssl/mocov1/moco_v1.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/mocov1/moco_v1_imagenet_linear.yaml': "net[0].type: self is UP's whole-model options",
-    'ssl/mocov2/moco_v2.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/mocov2/moco_v2_imagenet_linear.yaml': "net[0].type: self is UP's whole-model options",
-    'ssl/mocov3/moco_v3.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/simclrv1/simclr_v1.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/simclrv2/simclr_v2.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/simsiam/simsiam_100e.yaml': "net[0].wrappers: UP's module wrappers",
-    'ssl/simsiam/simsiam_linear.yaml': "net[0].type: self is UP's whole-model options",
+    'ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml': "trainer.optimizer.pconfig.layer_decay: UP's layer_decay (vit_base) is not supported",
+    'ssl/simsiam/simsiam_100e.yaml': "trainer.optimizer.special_param_group: UP's special_param_group",
 }
 
 

@@ -45,6 +45,11 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if "type" not in cfg:
         raise ConfigError(path, "missing 'type' (e.g. SGD, AdamW)")
     keys = ["type", "kwargs", "paramwise_cfg", "pconfig", "register_type"]
+    if "special_param_group" in cfg:  # UP's simsiam_100e.yaml, with its SimSiamScheduler
+        raise ConfigError(f"{path}.special_param_group", "UP's special_param_group (parameters grouped by name, the "
+                          "SimSiam predictor's fixed lr under SimSiamScheduler) is not mapped",
+                          "remove it and give a schedule every group follows, e.g. lr_scheduler.type: "
+                          "CosineLREpochScheduler (docs/ssl.rst)")
     extra = set(cfg) - set(keys)
     if extra:
         key = sorted(extra)[0]

@@ -48,10 +48,11 @@ class _Pretrainer(nn.Module):
     """What every pretraining model shares: the backbone under ``backbone``, no evaluation."""
 
     def _encoder(self, spec):
-        trunk, width, sync = build_encoder(spec, "backbone")
-        self.backbone = trunk
-        self.sync_bn_group_size = sync  # a UP backbone's normalize: sync_bn (builder.wrap_ddp)
-        return width
+        encoder = build_encoder(spec, "backbone")
+        self.backbone = encoder.trunk
+        self.sync_bn_group_size = encoder.sync_bn_group_size  # normalize: sync_bn (builder.wrap_ddp)
+        self.backbone_is_vit = encoder.is_vit
+        return encoder.width
 
     def _no_eval(self):
         raise ConfigError("dataset.test", "a self-supervised pretraining model has no predictions to evaluate",

@@ -1,50 +1,35 @@
-"""The pretraining encoder: a UP backbone (``{type, kwargs}`` as in a UP ``net`` entry) and its
-pooled embedding.
+"""The pretraining encoder: a backbone ``{type, kwargs}`` from ``SSL_BACKBONES`` (UP's backbones,
+registered by tasks/up_nets/ssl_backbones.py) and its pooled embedding.
 
-The trunk is built by the same code as a classifier's backbone (up_nets/backbones.py), so its
-parameter names are a classifier's ``backbone.*`` names. The embedding is what a linear probe's
-head reads: the mean of the last feature map (ResNet, RegNet, MobileNet...) or the class token
-(ViT). UP's ``moco_vit_small`` / ``moco_vit_base`` are the DeiT-S / ViT-B trunks with MoCo v3's
-choices: fixed 2-D sine-cosine position embedding, no dropout, and ``stop_grad_conv1`` (a frozen
-random patch projection).
+The embedding is what a linear probe's head reads: the mean of the last feature map (ResNet,
+RegNet, MobileNet...) or the class token (ViT).
 """
 import math
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from ...errors import ConfigError, join_path
-
-# UP's MoCo v3 ViTs: the classifier type whose trunk they are, and their head count (MoCo v3's
-# ViT-S has 12 heads where DeiT-S has 6).
-MOCO_VITS = {"moco_vit_small": ("deit_small_patch16_224", 12), "moco_vit_base": ("vit_base_patch16_224", 12)}
+from ...registry import SSL_BACKBONES
 
 
-def encoder_types():
-    from ..up_nets.backbones import BACKBONES
-
-    return tuple(BACKBONES) + tuple(MOCO_VITS)
+class Encoder(NamedTuple):
+    trunk: Any  # the module: list of feature maps out (a ViT: [(patch map, class token)])
+    width: int  # the embedding's width
+    sync_bn_group_size: Any  # a UP backbone's normalize: sync_bn (None: not asked for)
+    is_vit: bool  # patch tokens and a class token (what MAE masks)
 
 
 def build_encoder(spec, path):
-    """(trunk, embedding width, sync-BN group size) from ``{type, kwargs}``; ``path`` names the spec."""
-    from ..up_nets.backbones import BACKBONES, build_backbone
-    from ..up_nets.options import Options
-
+    """The :class:`Encoder` of ``{type, kwargs}``; ``path`` names the spec in messages."""
     if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
         raise ConfigError(path, "expected {type: <backbone>, kwargs: {...}}", "e.g. {type: resnet18}")
     for key in spec:
         if key not in ("type", "kwargs"):
             raise ConfigError(join_path(path, key), "unknown key", "a backbone is {type, kwargs}")
-    mtype, kwpath = spec["type"], join_path(path, "kwargs")
-    if mtype not in encoder_types():
-        raise ConfigError(join_path(path, "type"), f"{mtype!r} is not a mapped backbone",
-                          f"mapped: {', '.join(encoder_types())}")
-    if mtype in MOCO_VITS:
-        return build_moco_vit(mtype, Options(spec.get("kwargs"), kwpath, mtype))
-    opts = Options(spec.get("kwargs"), kwpath, mtype)
-    trunk, sync = build_backbone(mtype, opts)
-    return trunk, trunk.out_planes[-1], sync
+    build = SSL_BACKBONES.get(spec["type"], join_path(path, "type"))
+    return build(spec.get("kwargs"), join_path(path, "kwargs"))
 
 
 def embed(trunk, images):
@@ -53,28 +38,6 @@ def embed(trunk, images):
     if isinstance(last, tuple):  # a ViT: (patch map, class token)
         return last[1]
     return last.mean(dim=(2, 3))
-
-
-def build_moco_vit(mtype, opts):
-    from ..up_nets.backbones import build_backbone
-    from ..up_nets.options import Options
-
-    arch, heads = MOCO_VITS[mtype]
-    stop_grad = opts.take("stop_grad_conv1", False, types=bool)
-    image_size = opts.take("image_size", opts.take("img_size", 224, types=int), types=int)
-    drop_path = opts.take("drop_path_rate", 0.0, types=float)
-    opts.done()
-    inner = Options({"image_size": image_size, "heads": heads, "dropout": 0.0, "attention_dropout": 0.0,
-                     "drop_path": drop_path}, opts.path, mtype)
-    trunk, _ = build_backbone(arch, inner)
-    pos = trunk.encoder.pos_embedding
-    grid = image_size // trunk.patch_size
-    with torch.no_grad():
-        pos.copy_(sincos_position_embedding(grid, pos.shape[-1], class_token=True))
-    pos.requires_grad_(False)  # MoCo v3: a fixed position embedding
-    if stop_grad:  # MoCo v3's trick against instability: the random patch projection stays as built
-        trunk.conv_proj.requires_grad_(False)
-    return trunk, trunk.out_planes[-1], None
 
 
 def sincos_position_embedding(grid, dim, class_token):

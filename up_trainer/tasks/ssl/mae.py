@@ -3,7 +3,7 @@ transformer decoder fills the rest in from mask tokens, and the loss is the mean
 pixel error on the masked patches only (``norm_pix_loss``: each target patch normalized by
 its own mean and variance first).
 
-The encoder is the classifier ViT trunk (up_nets/vit.py) under ``backbone``: its patch
+The encoder is the classifier ViT trunk (tasks/up_nets/vit.py) under ``backbone``: its patch
 projection, class token, position embedding and blocks keep the names a ``vit_*`` classifier
 has, so a fine-tune or linear-probe run loads them from the checkpoint. As in MAE, both
 position embeddings are fixed 2-D sine-cosine tables.
@@ -24,9 +24,7 @@ class MAE(_Pretrainer):
         super().__init__()
         width = self._encoder(backbone)
         trunk = self.backbone
-        from ..up_nets.vit import ViTTrunk
-
-        if not isinstance(trunk, ViTTrunk):
+        if not self.backbone_is_vit:
             raise ConfigError("backbone.type", "MAE masks the patches of a ViT", "use a vit_* backbone")
         self.mask_ratio, self.norm_pix_loss = mask_ratio, norm_pix_loss
         self.patch, self.grid = trunk.patch_size, trunk.image_size // trunk.patch_size
