@@ -119,3 +119,30 @@ def test_native_pretraining_dry_runs_on_digits(name, tmp_path):
                   "--dry-run", "--device", "cpu"])
     assert res.exit_code == 0, res.stderr or res.exception
     assert "dry run: ok" in (tmp_path / "run" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("name", ["moco", "mae"])
+def test_pretraining_resumes_bitwise(name, tmp_path):
+    """The queue, its pointer and the momentum encoder are checkpointed (MoCo); MAE's masks come
+    from the restored random streams: two epochs equal one, a stop, and one more."""
+    nets = {"moco": {"type": "moco", "kwargs": {"backbone": BACKBONE, "dim": 8, "queue_size": 16, "momentum": 0.9}},
+            "mae": NATIVE["mae"]}
+    view = {"type": "two_views", "kwargs": {"transforms": [{"type": "RandomResizedCrop", "kwargs": {"size": 16}}]}}
+    cfg = {"runtime": {"seed": 0, "num_threads": 1},
+           "dataset": {"batch_size": 8, "drop_last": True, "train": {"type": "digits", "kwargs": {
+               "split": "train", "size": 16, "subset": 24, "transforms": [] if name == "mae" else [view]}}},
+           "trainer": {"max_epoch": 2, "is_eval": False}, "net": nets[name]}
+    path = write_cfg(tmp_path / "c.yaml", cfg)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    for args in (["--work-dir", straight], ["--work-dir", split, "--opts", "trainer.max_epoch=1"],
+                 ["--work-dir", split, "--resume", split / "checkpoints" / "ckpt_e1.pth"]):
+        res = invoke(["train", "--config", path, "--device", "cpu", *args])
+        assert res.exit_code == 0, res.stderr or res.exception
+    a = torch.load(straight / "checkpoints" / "ckpt_e2.pth", weights_only=True)["model"]
+    b = torch.load(split / "checkpoints" / "ckpt_e2.pth", weights_only=True)["model"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    if name == "moco":
+        assert int(a["queue_ptr"]) == (6 * 8) % 16 and not torch.equal(a["backbone.conv1.weight"],
+                                                                        a["backbone_momentum.conv1.weight"])
