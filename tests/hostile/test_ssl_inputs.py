@@ -58,6 +58,20 @@ def test_up_ssl_net_refused_in_one_line(tmp_path, change, fragments):
     assert_one_line(res, *fragments)
 
 
+@pytest.mark.parametrize("change, fragments", [
+    (lambda o: o.update(special_param_group=[{"key": "predictr"}]),
+     ("trainer.optimizer.special_param_group[0].key", "'predictr' is in no trainable parameter's name")),
+    (lambda o: o.update(special_param_group=[{"lr": 0.1}]), ("trainer.optimizer.special_param_group[0].key",)),
+    (lambda o: o.update(special_param_group="predictor"), ("trainer.optimizer.special_param_group", "a list")),
+    (lambda o: o.update(pconfig={"bn_w": {"kwargs": {"weight_decay": 0}}}),
+     ("trainer.optimizer.special_param_group", "only without pconfig")),
+])
+def test_special_param_group_refused_in_one_line(tmp_path, change, fragments):
+    cfg = up_file("ssl/simsiam/simsiam_100e.yaml")
+    change(cfg["trainer"]["optimizer"])
+    assert_one_line(run(["config", "--config", write_yaml(tmp_path / "c.yaml", cfg)]), *fragments)
+
+
 def test_moco_v3_with_two_temperatures_refused(tmp_path):
     cfg = up_file("ssl/mocov3/moco_v3.yaml")
     cfg["net"][1]["kwargs"]["ssl_loss"]["kwargs"]["tau"] = 0.5

@@ -2,6 +2,7 @@
 UP's formulation, SimSiam's stop-gradient, MAE's masking and pixel loss, the two-view transform,
 and a native dry run of each family on digits."""
 import copy
+import math
 
 import pytest
 import torch
@@ -146,3 +147,26 @@ def test_pretraining_resumes_bitwise(name, tmp_path):
     if name == "moco":
         assert int(a["queue_ptr"]) == (6 * 8) % 16 and not torch.equal(a["backbone.conv1.weight"],
                                                                         a["backbone_momentum.conv1.weight"])
+
+
+def test_simsiam_scheduler_keeps_the_special_groups_lr_and_decays_the_rest(tmp_path):
+    """UP's special_param_group [key: predictor] + SimSiamScheduler: SimSiam's fixed predictor lr."""
+    view = {"type": "two_views", "kwargs": {"transforms": [{"type": "RandomResizedCrop", "kwargs": {"size": 16}}]}}
+    cfg = {"runtime": {"seed": 0, "num_threads": 1},
+           "dataset": {"batch_size": 8, "drop_last": True, "train": {"type": "digits", "kwargs": {
+               "split": "train", "size": 16, "subset": 16, "transforms": [view]}}},
+           "trainer": {"max_epoch": 3, "is_eval": False,
+                       "optimizer": {"type": "SGD", "kwargs": {"lr": 0.1, "momentum": 0.9},
+                                     "special_param_group": [{"key": "predictor"}]},
+                       "lr_scheduler": {"type": "SimSiamScheduler", "kwargs": {"T_max": 4}}},
+           "net": NATIVE["simsiam"]}
+    res = invoke(["train", "--config", write_cfg(tmp_path / "c.yaml", cfg), "--work-dir", tmp_path / "run",
+                  "--device", "cpu"])
+    assert res.exit_code == 0, res.stderr or res.exception
+    groups = torch.load(tmp_path / "run" / "checkpoints" / "ckpt_e3.pth", weights_only=True)["optimizer"]["param_groups"]
+    special = [g for g in groups if g.get("special_param_group") == "predictor"]
+    default = [g for g in groups if not g.get("special_param_group")]
+    assert len(special) == 1 and len(default) == 1
+    assert special[0]["lr"] == pytest.approx(0.1)
+    # the last step (update 6 of 2 per epoch) sets epoch 3's lr: 0.1 * (1 + cos(pi * 3 / 4)) / 2
+    assert default[0]["lr"] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 3 / 4)), rel=1e-6)

@@ -11,10 +11,10 @@ import torch
 from conftest import UP_FIXTURES, invoke
 from test_up_configs import IMAGE_SIZE, data_opts, up_data  # noqa: F401  (up_data: a fixture)
 
-# simclr_v2 differs from simclr_v1 by one projector layer (the same code); simsiam_100e is refused
-# (tests/up_compat/test_up_more_census.py) and SimSiam's dry run is a native one (test_ssl_training.py).
+# simclr_v2 differs from simclr_v1 by one projector layer (the same code)
 PRETRAINING = ["ssl/mocov1/moco_v1.yaml", "ssl/mocov2/moco_v2.yaml", "ssl/mocov3/moco_v3.yaml",
-               "ssl/simclrv1/simclr_v1.yaml", "ssl/mae/mae_vit_base_patch16_dec512d8b.yaml"]
+               "ssl/simclrv1/simclr_v1.yaml", "ssl/simsiam/simsiam_100e.yaml",
+               "ssl/mae/mae_vit_base_patch16_dec512d8b.yaml"]
 LINEAR = ["ssl/mocov1/moco_v1_imagenet_linear.yaml", "ssl/simsiam/simsiam_linear.yaml",
           "ssl/mae/mae_vit_base_patch16_dec512d8b_linear.yaml"]
 
@@ -51,8 +51,8 @@ def _pretrained_backbone(rel, data, tmp_path):
     from up_trainer.config import resolve_config
     from up_trainer.tasks.net import build_model
 
-    # a ResNet-50 pretraining net (MoCo's; SimSiam's online encoder has the same names) or MAE's ViT-B
-    source = "ssl/mae/mae_vit_base_patch16_dec512d8b.yaml" if "mae" in rel else "ssl/mocov1/moco_v1.yaml"
+    source = {"moco": "ssl/mocov1/moco_v1.yaml", "simsiam": "ssl/simsiam/simsiam_100e.yaml",
+              "mae": "ssl/mae/mae_vit_base_patch16_dec512d8b.yaml"}[rel.split("/")[1].rstrip("v1")]
     opts = data_opts(source, data) + ssl_opts(source)
     model = build_model(resolve_config(os.path.join(UP_FIXTURES, source), opts)["net"])
     path = tmp_path / "pretrained.pth"

@@ -57,7 +57,6 @@ REFUSED = {
     'sparse/det/retinanet/retinanet-r18-improve_ampere_sparse.yaml': "runtime.runner.type: UP's 'sparse' runner is not mapped",
     # -- ssl --
     'ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml': "trainer.optimizer.pconfig.layer_decay: UP's layer_decay (vit_base) is not supported",
-    'ssl/simsiam/simsiam_100e.yaml': "trainer.optimizer.special_param_group: UP's special_param_group",
 }
 
 

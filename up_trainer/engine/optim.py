@@ -45,11 +45,7 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
     if "type" not in cfg:
         raise ConfigError(path, "missing 'type' (e.g. SGD, AdamW)")
     keys = ["type", "kwargs", "paramwise_cfg", "pconfig", "register_type"]
-    if "special_param_group" in cfg:  # UP's simsiam_100e.yaml, with its SimSiamScheduler
-        raise ConfigError(f"{path}.special_param_group", "UP's special_param_group (parameters grouped by name, the "
-                          "SimSiam predictor's fixed lr under SimSiamScheduler) is not mapped",
-                          "remove it and give a schedule every group follows, e.g. lr_scheduler.type: "
-                          "CosineLREpochScheduler (docs/ssl.rst)")
+    keys.append("special_param_group")  # UP: parameters grouped by name (engine/up_param_groups.py)
     extra = set(cfg) - set(keys)
     if extra:
         key = sorted(extra)[0]
@@ -85,7 +81,8 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
         groups = yolov5_param_groups(model, kwargs, f"{path}.kwargs")
     else:
         groups = build_param_groups(model, kwargs, cfg.get("paramwise_cfg"), f"{path}.paramwise_cfg",
-                                    optimizer_cls=cls, pconfig=cfg.get("pconfig"))
+                                    optimizer_cls=cls, pconfig=cfg.get("pconfig"),
+                                    special=cfg.get("special_param_group"))
     if cfg["type"] == "FusedFP16AdamW":
         kwargs.setdefault("fused", fused_adamw_possible(model))  # a fused given in kwargs is kept
     try:

@@ -40,7 +40,7 @@ def _default_of(optimizer_cls, key):
     return p.default if p is not None and isinstance(p.default, (int, float)) else None
 
 
-def build_param_groups(model, optimizer_kwargs, paramwise_cfg, path, optimizer_cls=None, pconfig=None):
+def build_param_groups(model, optimizer_kwargs, paramwise_cfg, path, optimizer_cls=None, pconfig=None, special=None):
     """A list of ``{"params", "lr"?, "weight_decay"?}`` dicts; logs a short summary."""
     named = [(n, p) for n, p in model.named_parameters()]
     frozen = [n for n, p in named if not p.requires_grad]
@@ -51,7 +51,14 @@ def build_param_groups(model, optimizer_kwargs, paramwise_cfg, path, optimizer_c
     base_wd = optimizer_kwargs.get("weight_decay", _default_of(optimizer_cls, "weight_decay"))
     if paramwise_cfg and pconfig:
         raise ConfigError(path, "give paramwise_cfg (MMEngine) or pconfig (UP), not both")
-    if pconfig:
+    if special is not None:
+        from .up_param_groups import special_group_settings
+
+        if pconfig or paramwise_cfg:
+            raise ConfigError(path.rsplit(".", 1)[0] + ".special_param_group", "UP reads special_param_group only "
+                              "without pconfig", "give one of them")
+        settings = special_group_settings(named, special, path.rsplit(".", 1)[0] + ".special_param_group")
+    elif pconfig:
         from .up_param_groups import pconfig_settings as _pconfig_settings
 
         settings = _pconfig_settings(model, named, pconfig, path.rsplit(".", 1)[0] + ".pconfig")

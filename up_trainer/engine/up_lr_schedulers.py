@@ -75,6 +75,29 @@ class CosineLREpochScheduler(_UpSchedule):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * (epoch - self.warm_epoch) / self.T_max)) / 2
 
 
+@LR_SCHEDULERS.register("SimSiamScheduler")
+class SimSiamScheduler(_UpSchedule):
+    """UP: SimSiam's schedule. Per epoch, ``base * (1 + cos(pi * (t // n - warm_epoch) / (T_max -
+    warm_epoch))) / 2`` for the default group; the groups of ``optimizer.special_param_group``
+    (SimSiam's predictor) keep their base lr (SimSiam's fixed predictor lr)."""
+
+    def __init__(self, optimizer, updates_per_epoch=1, trainer_max_epoch=1, warmup_iter=0,
+                 T_max: Optional[float] = None, warm_epoch: float = 0):
+        self.warm_epoch = warm_epoch
+        self.T_max = (T_max if T_max is not None else trainer_max_epoch) - warm_epoch
+        super().__init__(optimizer, updates_per_epoch)
+
+    def get_lr(self):
+        from .up_param_groups import SPECIAL_GROUP
+
+        return [base if group.get(SPECIAL_GROUP) else self.value(base, self.last_epoch)
+                for base, group in zip(self.base_lrs, self.optimizer.param_groups)]
+
+    def value(self, base, t):
+        epoch = t // self.updates_per_epoch - self.warm_epoch
+        return base * 0.5 * (1 + math.cos(math.pi * epoch / _span(self.T_max, "T_max minus warm_epoch")))
+
+
 @LR_SCHEDULERS.register("EpochBasedCosineAnnealingLR")
 class EpochBasedCosineAnnealingLR(_UpSchedule):
     """UP: YOLOv5's cosine per epoch; ``eta_min`` is the final lr as a fraction of the base lr."""

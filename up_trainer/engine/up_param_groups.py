@@ -177,3 +177,31 @@ def yolov5_except_param_groups(model, optimizer_kwargs, path):
             if name in except_keys and isinstance(bias, nn.Parameter):
                 put(1, bias)
     return groups
+
+
+SPECIAL_GROUP = "special_param_group"  # the param-group key naming the name substring that made it
+
+
+def special_group_settings(named, entries, path):
+    """UP's ``optimizer.special_param_group: [{key, <group kwargs>}, ...]``: a parameter whose
+    name holds an entry's ``key`` joins that entry's group (the first that matches), with the
+    entry's other keys as the group's settings; the rest form the default group. The group
+    remembers its key (``SimSiamScheduler`` keeps those groups' lr fixed)."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ConfigError(path, "expected a list of {key: <name substring>, ...group kwargs}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry.get("key"), str) or not entry["key"]:
+            raise ConfigError(f"{path}[{i}].key", "required name substring is missing")
+        if not any(entry["key"] in name for name, _ in named):
+            raise ConfigError(f"{path}[{i}].key", f"{entry['key']!r} is in no trainable parameter's name")
+    out = {}
+    for name, _ in named:
+        entry = next((e for e in entries if e["key"] in name), None)
+        if entry is None:
+            out[name] = ({}, "default")
+        else:
+            opts = {k: v for k, v in entry.items() if k != "key"}
+            opts[SPECIAL_GROUP] = entry["key"]
+            out[name] = (opts, f"special:{entry['key']}")
+    return out
+
