@@ -13,7 +13,7 @@ from ...registry import SSL_BACKBONES
 from ..ssl.encoder import Encoder, sincos_position_embedding
 from .backbones import BACKBONES, build_backbone
 from .options import Options
-from .vit import VITS, ViTTrunk
+from .vit import ViTTrunk
 
 # UP's MoCo v3 ViTs: the classifier type whose trunk they are, and their head count
 MOCO_VITS = {"moco_vit_small": ("deit_small_patch16_224", 12), "moco_vit_base": ("vit_base_patch16_224", 12)}
@@ -55,4 +55,3 @@ for _type in BACKBONES:
     SSL_BACKBONES.register(_type)(_up_backbone(_type))
 for _type in MOCO_VITS:
     SSL_BACKBONES.register(_type)(_moco_vit(_type))
-assert set(VITS) <= set(BACKBONES)
