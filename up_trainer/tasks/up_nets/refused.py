@@ -30,9 +30,12 @@ for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNA
     REFUSED[_prefix] = (_what, "the plain UP part it was searched from")
 
 
+MAPPED_BIGNAS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN")  # a fixed subnet: bignas_net.py
+
+
 def refusal(mtype):
     """(what, instead) for a refused UP type, or None."""
-    if not isinstance(mtype, str):
+    if not isinstance(mtype, str) or mtype in MAPPED_BIGNAS:
         return None
     if mtype in REFUSED:
         return REFUSED[mtype]

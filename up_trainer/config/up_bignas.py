@@ -1,0 +1,209 @@
+"""UP's BigNAS files (``runtime.runner: bignas``), translated into one fixed subnet.
+
+UP trains a weight-sharing supernet (``big_resnet_basic`` + ``big_fpn`` +
+``BigRetinaHeadWithBN``) and then evaluates or fine-tunes one subnet of it, chosen by UP's
+``--phase`` flag. Here a file that names its subnet runs that subnet as a plain detector:
+
+- ``bignas.subnet.subnet_settings`` over a supernet ``net`` (UP's evaluate_subnet /
+  finetune_subnet files): the net is rewritten into the static parts UP itself builds from
+  those settings (``bignas_resnet_basic`` + ``bignas_fpn`` + ``BignasRetinaHeadWithBN``), each
+  value checked against the supernet's search space;
+- a ``net`` of those static parts (UP's subnet file) runs as written.
+
+A supernet checkpoint given as ``saver.pretrain_model`` / ``resume_model`` is sliced into the
+subnet when it loads (:mod:`up_trainer.tasks.up_nets.bignas_weights`). Supernet training and
+subnet sampling (``bignas.train`` alone, ``flops_range`` / ``subnet_count``) are refused in one
+line naming what to use instead. docs/up/nas.rst has the table of UP's files. No torch here.
+"""
+from ..errors import ConfigError, did_you_mean, join_path
+from .bignas_space import choose_part
+
+SUPERNET = {"big_resnet_basic": "bignas_resnet_basic", "big_fpn": "bignas_fpn",
+            "BigRetinaHeadWithBN": "BignasRetinaHeadWithBN"}
+PART_ELEMENTS = {"big_resnet_basic": ("depth", "out_channel", "kernel_size", "expand_ratio"),
+                 "big_fpn": ("depth", "out_channel", "kernel_size"),
+                 "BigRetinaHeadWithBN": ("depth", "out_channel", "kernel_size")}
+BIGNAS_KEYS = {"train": ("sample_subnet_num", "sample_strategy", "valid_before_train"),
+               "data": ("share_interpolation", "share_input", "interpolation_type", "image_size_list",
+                        "calib_meta_file", "metric1", "metric2"),
+               "subnet": ("calib_bn", "image_size", "flops_range", "baseline_flops", "subnet_count",
+                          "subnet_sample_mode", "subnet_settings", "save_subnet_prototxt", "save_subnet_weight",
+                          "test_subnet_latency", "sample_with_finetune"),
+               "latency": None, "display": None}
+SAMPLING_KEYS = ("flops_range", "baseline_flops", "subnet_count", "subnet_sample_mode")
+INSTEAD = "instead: name one subnet in bignas.subnet.subnet_settings and run it; docs/up/nas.rst"
+
+
+def _runner(cfg):
+    runtime = cfg.get("runtime")
+    runner = runtime.get("runner") if isinstance(runtime, dict) else None
+    return runner.get("type") if isinstance(runner, dict) else runner
+
+
+def _mapping(value, path):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _read_bignas(bignas):
+    """The ``bignas`` section, every key known: {group: mapping}."""
+    bignas = _mapping(bignas, "bignas")
+    for key, value in bignas.items():
+        path = join_path("bignas", key)
+        if key == "distiller":
+            raise ConfigError(path, "UP's in-place distillation during supernet training is not built",
+                              "remove it; a fixed subnet trains as a plain detector (docs/up/nas.rst)")
+        if key not in BIGNAS_KEYS:
+            raise ConfigError(path, "is not read by UP's bignas runner",
+                              did_you_mean(key, list(BIGNAS_KEYS)) or f"known: {', '.join(BIGNAS_KEYS)}")
+        known = BIGNAS_KEYS[key]
+        if known is not None:
+            for sub in _mapping(value, path):
+                if sub not in known:
+                    raise ConfigError(join_path(path, sub), "is not read by UP's bignas runner",
+                                      did_you_mean(sub, list(known)) or f"known: {', '.join(known)}")
+    return bignas
+
+
+def _settings_for(settings, name, path):
+    """The subnet setting of the net entry ``name``; the head's is {cls_subnet, box_subnet}
+    (UP writes them ``roi_head.cls_subnet`` or nested under ``roi_head``)."""
+    nested = settings.get(name)
+    dotted = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith(name + ".")}
+    if nested is not None and dotted:
+        raise ConfigError(join_path(path, name), "given both nested and as dotted keys", "keep one form")
+    return nested, dotted
+
+
+def _static_part(entry, i, settings, spath):
+    """The static entry UP builds from supernet entry ``entry`` (net[i]) and its settings."""
+    kind, name = entry["type"], entry["name"]
+    kwargs = dict(_mapping(entry.get("kwargs"), join_path(join_path("net", i), "kwargs")))
+    kpath = join_path(join_path("net", i), "kwargs")
+    for element in PART_ELEMENTS[kind]:
+        if element not in kwargs and not (kind == "BigRetinaHeadWithBN" and element == "kernel_size"):
+            raise ConfigError(join_path(kpath, element), f"required by UP's {kind}")
+    elements = {e: kwargs.pop(e) for e in PART_ELEMENTS[kind] if e in kwargs}
+    nested, dotted = _settings_for(settings, name, spath)
+    if kind != "BigRetinaHeadWithBN":
+        if dotted:
+            raise ConfigError(join_path(spath, f"{name}.{next(iter(dotted))}"), "not a part of the supernet",
+                              f"write {name}: {{{', '.join(elements)}}}")
+        chosen = choose_part(elements, nested, join_path(spath, name), kpath)
+        kwargs.update(chosen)
+    else:
+        towers = dict(_mapping(nested, join_path(spath, name))) if nested is not None else dotted
+        for key in towers:
+            if key not in ("cls_subnet", "box_subnet"):
+                raise ConfigError(join_path(spath, f"{name}.{key}"), "not a part of the supernet head",
+                                  "its parts: cls_subnet, box_subnet")
+        elements.setdefault("kernel_size", [3])
+        cls = choose_part(elements, towers.get("cls_subnet"), join_path(spath, f"{name}.cls_subnet"), kpath)
+        box = choose_part(elements, towers.get("box_subnet"), join_path(spath, f"{name}.box_subnet"), kpath)
+        if box["kernel_size"] != cls["kernel_size"]:
+            raise ConfigError(join_path(spath, f"{name}.box_subnet.kernel_size"), f"{box['kernel_size']} differs "
+                              f"from cls_subnet's {cls['kernel_size']}", "UP's static head has one kernel size")
+        kwargs.pop("feat_planes", None)  # the static head's towers give it: out_channel[-1]
+        kwargs.pop("num_conv", None)  # the static head's depth_cls / depth_box
+        kwargs.update(kernel_size=cls["kernel_size"], depth_cls=cls["depth"], depth_box=box["depth"],
+                      out_channel_cls=cls["out_channel"], out_channel_box=box["out_channel"])
+    return {**{k: v for k, v in entry.items() if k not in ("type", "kwargs")}, "type": SUPERNET[kind],
+            "kwargs": kwargs}
+
+
+def subnet_net(net, settings, spath):
+    """The static net list of the subnet ``settings`` names in supernet ``net``."""
+    settings = _mapping(settings, spath)
+    names = [e.get("name") for e in net if isinstance(e, dict)]
+    for key in settings:
+        if key.split(".", 1)[0] not in names:
+            raise ConfigError(join_path(spath, key), "names no net entry", f"entries: {', '.join(map(str, names))}")
+    out = []
+    for i, entry in enumerate(net):
+        if isinstance(entry, dict) and entry.get("type") in SUPERNET:
+            out.append(_static_part(entry, i, settings, spath))
+        else:
+            out.append(entry)
+    return out
+
+
+def _drop(mapping, key, notes, why, where=""):
+    if isinstance(mapping, dict) and key in mapping:
+        mapping.pop(key)
+        notes.append(f"{where}{key}: {why}")
+
+
+def _calibration_split(dataset, notes):
+    """UP's ``train_calib`` split (the images ``calib_bn`` re-estimates BatchNorm statistics on)
+    and the ``data_pool`` that names it: not read, as calib_bn is not applied."""
+    if not isinstance(dataset, dict):
+        return
+    pool = dataset.get("data_pool")
+    if pool is not None:
+        named = [p.split(":", 1) if isinstance(p, str) and ":" in p else None for p in
+                 (pool if isinstance(pool, list) else [None])]
+        if any(n is None or n[0] != n[1] for n in named):
+            raise ConfigError("dataset.data_pool", f"{pool!r} is not mapped", "only each split under its own "
+                              "name ('train:train', 'test:test', 'train_calib:train_calib')")
+        dataset.pop("data_pool")
+        notes.append("dataset.data_pool: each split under its own name, as without it")
+    _drop(dataset, "train_calib", notes, "the calib_bn images; not read (calib_bn is not applied)", "dataset.")
+
+
+def translate_bignas(cfg, notes):
+    """Rewrite a ``runtime.runner: bignas`` file into the fixed subnet it names (in place)."""
+    if _runner(cfg) != "bignas":
+        _drop(cfg, "bignas", notes, "ignored as in UP (only runtime.runner: bignas reads it)")
+        return
+    cfg["runtime"].pop("runner")
+    bignas = _read_bignas(cfg.pop("bignas", None))
+    subnet = _mapping(bignas.get("subnet"), "bignas.subnet")
+    saver = cfg.get("saver")
+    if isinstance(saver, dict) and saver.get("type") == "nas":
+        saver.pop("type")
+        notes.append("saver.type: nas: a supernet checkpoint in pretrain_model / resume_model is sliced into the "
+                     "subnet as it loads (first channels, first blocks of each stage, centre of each kernel)")
+    if isinstance(saver, dict) and saver.get("resume_model") and not saver.get("pretrain_model"):
+        saver["pretrain_model"] = saver.pop("resume_model")
+        notes.append("saver.resume_model: read as pretrain_model (UP's bignas phases take the supernet's weights "
+                     "and count iterations from 0)")
+    for key in ("supernet", "subnet", "subnet_settings"):
+        _drop(saver, key, notes, "UP's NasSaver slicing plan; the slice follows the net's own shapes",
+              "saver.")
+    for key in ("supernet", "subnet_settings"):
+        if isinstance(cfg.get(key), (list, dict)) and "type" not in cfg[key]:
+            _drop(cfg, key, notes, "a YAML anchor holder nothing reads; ignored as in UP")
+    _calibration_split(cfg.get("dataset"), notes)
+    net = cfg.get("net")
+    types = [e.get("type") for e in net if isinstance(e, dict)] if isinstance(net, list) else []
+    if any(t in SUPERNET.values() for t in types):
+        notes.append("runtime.runner: bignas: the net is a fixed subnet (UP's bignas_* parts); bignas."
+                     f"{', bignas.'.join(bignas) or ''} not read for it")
+        return
+    settings = subnet.get("subnet_settings")
+    if settings is None:
+        if any(k in subnet for k in SAMPLING_KEYS):
+            key = next(k for k in SAMPLING_KEYS if k in subnet)
+            raise ConfigError(join_path("bignas.subnet", key), "UP's subnet sampling (the sample_flops / "
+                              "sample_accuracy phases over the supernet) is not built", INSTEAD)
+        raise ConfigError("bignas.train" if "train" in bignas else "runtime.runner.type",
+                          "UP's BigNAS supernet training (sandwich sampling of subnets from the elastic "
+                          "net) is not built", INSTEAD)
+    if not types or types[0] not in SUPERNET:
+        raise ConfigError("net[0].type", f"{types[0] if types else None!r} is not a mapped BigNAS supernet part",
+                          f"mapped: {', '.join(SUPERNET)}; UP's subnet files use {', '.join(SUPERNET.values())}")
+    cfg["net"] = subnet_net(net, settings, "bignas.subnet.subnet_settings")
+    notes.append("runtime.runner: bignas: the subnet of bignas.subnet.subnet_settings runs as a fixed net "
+                 f"({' + '.join(e['type'] for e in cfg['net'])}); it trains with up train and evaluates with "
+                 "up eval (UP's --phase finetune_subnet / evaluate_subnet)")
+    if subnet.get("calib_bn"):
+        notes.append("bignas.subnet.calib_bn: not applied; the subnet evaluates with the BatchNorm statistics "
+                     "its weights carry (fine-tune it with up train to re-estimate them)")
+    for key in [k for k in subnet if k not in ("subnet_settings", "calib_bn")]:
+        notes.append(f"bignas.subnet.{key}: recorded; not read for one fixed subnet")
+    for key in [k for k in bignas if k != "subnet"]:
+        notes.append(f"bignas.{key}: not read for one fixed subnet (UP's controller skips it when the subnet "
+                     "is set)")
