@@ -70,8 +70,7 @@ def read_trunk(opts):
     opts.done()
     if any(d < 1 for d in depth[1:]) or depth[0] != 1:
         raise ConfigError(opts.at("depth"), f"{depth}: stage 0 is the stem (depth 1), stages 1..4 have >= 1 block")
-    trunk = BigNASResNetBasic(depth, channels, kernels, expand, out_layers, NATURAL_STRIDES, norm, deep_stem,
-                              frozen_layers=frozen)
+    trunk = BigNASResNetBasic(depth, channels, kernels, expand, out_layers, norm, deep_stem, frozen_layers=frozen)
     initialize(trunk, init)
     trunk.out_strides = want
     return trunk, sync

@@ -63,18 +63,18 @@ class BasicBlock(nn.Module):
 class BigNASResNetBasic(nn.Module):
     """Returns the maps of ``out_layers`` (0 the stem, 1..4 the stages after it)."""
 
-    def __init__(self, depth, out_channel, kernel_size, expand_ratio, out_layers, strides, norm, deep_stem,
-                 use_maxpool=True, divisor=8, frozen_layers=()):
+    def __init__(self, depth, out_channel, kernel_size, expand_ratio, out_layers, norm, deep_stem,
+                 stage_strides=(2, 1, 2, 2, 2), use_maxpool=True, divisor=8, frozen_layers=()):
         super().__init__()
         self.out_layers, self.frozen_layers = list(out_layers), list(frozen_layers)
         if deep_stem:
-            self.first_conv = StemBlock(3, out_channel[0], kernel_size[0], expand_ratio[0], strides[0], norm)
+            self.first_conv = StemBlock(3, out_channel[0], kernel_size[0], expand_ratio[0], stage_strides[0], norm)
         else:
-            self.first_conv = conv_norm_act(3, out_channel[0], kernel_size[0], norm, strides[0])
+            self.first_conv = conv_norm_act(3, out_channel[0], kernel_size[0], norm, stage_strides[0])
         self.max_pool = nn.MaxPool2d(2, 2, ceil_mode=True) if use_maxpool else None
         blocks, self.stage_ends, cin = [], [], out_channel[0]
         for stage in range(1, len(depth)):
-            stride = (1 if use_maxpool else 2) if stage == 1 else strides[stage]
+            stride = (1 if use_maxpool else 2) if stage == 1 else stage_strides[stage]
             for i in range(depth[stage]):
                 blocks.append(BasicBlock(cin, out_channel[stage], kernel_size[stage], expand_ratio[stage],
                                          stride if i == 0 else 1, norm, divisor))

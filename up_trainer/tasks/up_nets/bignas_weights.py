@@ -10,8 +10,10 @@ supernet's stage ``s``. Tensors whose supernet shape is smaller than the subnet'
 they are, for the tolerant loader to report (``saver.pretrain_model``). Any other checkpoint
 (a subnet's own, UP's or ours) passes through with UP's entry names mapped only.
 """
+import logging
 import re
 
+log = logging.getLogger("up")
 _BLOCK = re.compile(r"^backbone\.blocks\.(\d+)\.(.*)$")
 
 
@@ -48,18 +50,21 @@ def _blocks(state, model):
         for j, own in enumerate(range(start, end + 1)):
             if j < len(sources):
                 mapping[sources[j]] = own
-    out = {}
+    out, unused = {}, set()
     for key, value in state.items():
         m = _BLOCK.match(key)
         if not m:
             out[key] = value
             continue
         if int(m.group(1)) not in mapping:
-            continue  # a block the subnet does not have (deeper than its stage)
+            unused.add(int(m.group(1)))  # deeper than the subnet's stage
+            continue
         rest = m.group(2)
         rest = re.sub(r"^shortcut\.weight$", "shortcut.conv.weight", rest)
         rest = re.sub(r"^shortcutbn\.", "shortcut.bn.", rest)
         out[f"backbone.blocks.{mapping[int(m.group(1))]}.{rest}"] = value
+    if unused:
+        log.info("supernet checkpoint: blocks %s are deeper than the subnet's stages; not used", sorted(unused))
     return out
 
 
