@@ -98,6 +98,7 @@ def test_supernet_checkpoint_slices_into_the_subnet(tmp_path):
     assert not report["unexpected"]  # the supernet's deeper blocks are left out before loading
 
 
+@pytest.mark.slow
 def test_subnet_trains_from_a_supernet_checkpoint(up_data, tmp_path):  # noqa: F811
     raw = _raw()
     big = copy.deepcopy(raw)
@@ -109,7 +110,8 @@ def test_subnet_trains_from_a_supernet_checkpoint(up_data, tmp_path):  # noqa: F
     run_dir = tmp_path / "run"
     res = invoke(["train", "--config", FINETUNE, "--work-dir", str(run_dir), "--device", "cpu", "--opts",
                   *data_opts(rel, up_data), f"saver.pretrain_model={ckpt}", "trainer.max_epoch=1",
-                  "trainer.test_freq=1", "trainer.lr_scheduler.warmup_epochs=0"])
+                  "trainer.test_freq=1", "trainer.lr_scheduler.warmup_epochs=0",
+                  "dataset.dataloader.kwargs.num_workers=0"])
     assert res.exit_code == 0, res.stderr or res.exception
     log = (run_dir / "train.log").read_text()
     loaded = [line for line in log.splitlines() if "loaded" in line and "supernet.pth" in line]
