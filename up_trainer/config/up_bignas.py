@@ -30,6 +30,7 @@ BIGNAS_KEYS = {"train": ("sample_subnet_num", "sample_strategy", "valid_before_t
                           "subnet_sample_mode", "subnet_settings", "save_subnet_prototxt", "save_subnet_weight",
                           "test_subnet_latency", "sample_with_finetune"),
                "latency": None, "display": None}
+SANDWICH = ("max", "min", "random")
 SAMPLING_KEYS = ("flops_range", "baseline_flops", "subnet_count", "subnet_sample_mode")
 INSTEAD = "instead: name one subnet in bignas.subnet.subnet_settings and run it; docs/up/nas.rst"
 
@@ -87,6 +88,10 @@ def _static_part(entry, i, settings, spath):
         if element not in kwargs and not (kind == "BigRetinaHeadWithBN" and element == "kernel_size"):
             raise ConfigError(join_path(kpath, element), f"required by UP's {kind}")
     elements = {e: kwargs.pop(e) for e in PART_ELEMENTS[kind] if e in kwargs}
+    if kwargs.pop("kernel_transform", False):
+        raise ConfigError(join_path(kpath, "kernel_transform"), "a supernet with transformed kernels is not mapped",
+                          "a subnet's kernels are the centre of the supernet's; kernel_transform: false")
+    kwargs.pop("zero_last_gamma", None)  # the supernet's initialisation; a subnet's weights come from it
     nested, dotted = _settings_for(settings, name, spath)
     if kind != "BigRetinaHeadWithBN":
         if dotted:
@@ -153,6 +158,37 @@ def _calibration_split(dataset, notes):
     _drop(dataset, "train_calib", notes, "the calib_bn images; not read (calib_bn is not applied)", "dataset.")
 
 
+def _supernet_training(cfg, bignas, types, notes):
+    """The supernet file without a subnet: UP's train_supnet phase, trained with the sandwich
+    rule (tasks/up_nets/bignas_supernet.py), its schedule handed to the net."""
+    if not types or types[0] != "big_resnet_basic":
+        return  # the net reader refuses the supernet type (big_regnet, ...) in one line
+    train = _mapping(bignas.get("train"), "bignas.train")
+    if train.get("sample_subnet_num", 1) != 1:
+        raise ConfigError("bignas.train.sample_subnet_num", f"{train['sample_subnet_num']!r}: several subnets "
+                          "per iteration (gradients summed over them) are not built", "1: one subnet per iteration, "
+                          "the sample_strategy in turn")
+    strategy = train.get("sample_strategy", ["max", "random", "random", "min"])
+    if not isinstance(strategy, list) or not strategy or any(m not in SANDWICH for m in strategy):
+        raise ConfigError("bignas.train.sample_strategy", f"{strategy!r} is not built",
+                          f"a list of {', '.join(SANDWICH)} (UP's subnet-table and middle modes are not built)")
+    if train.get("valid_before_train"):
+        raise ConfigError("bignas.train.valid_before_train", "evaluating before training is not built",
+                          "false; up train -e evaluates the largest subnet")
+    data = _mapping(bignas.get("data"), "bignas.data")
+    sizes = data.get("image_size_list")
+    if isinstance(sizes, list) and len(sizes) > 1:
+        raise ConfigError("bignas.data.image_size_list", "several input sizes (each sampled subnet's batch resized) "
+                          "are not built", "one size; the pipeline's resize sets it")
+    entry = cfg["net"][0]
+    entry["kwargs"] = {**(entry.get("kwargs") or {}), "bignas_sample_strategy": list(strategy)}
+    notes.append(f"runtime.runner: bignas: the supernet trains one subnet per iteration, {strategy} in turn "
+                 "(bignas.train.sample_strategy, moved to net[0].kwargs.bignas_sample_strategy); evaluation "
+                 "runs the largest subnet")
+    for key in [k for k in data if k != "image_size_list"]:
+        notes.append(f"bignas.data.{key}: recorded; not read (one input size, metrics as the evaluator gives them)")
+
+
 def translate_bignas(cfg, notes):
     """Rewrite a ``runtime.runner: bignas`` file into the fixed subnet it names (in place)."""
     if _runner(cfg) != "bignas":
@@ -189,9 +225,8 @@ def translate_bignas(cfg, notes):
             key = next(k for k in SAMPLING_KEYS if k in subnet)
             raise ConfigError(join_path("bignas.subnet", key), "UP's subnet sampling (the sample_flops / "
                               "sample_accuracy phases over the supernet) is not built", INSTEAD)
-        raise ConfigError("bignas.train" if "train" in bignas else "runtime.runner.type",
-                          "UP's BigNAS supernet training (sandwich sampling of subnets from the elastic "
-                          "net) is not built", INSTEAD)
+        _supernet_training(cfg, bignas, types, notes)
+        return
     if not types or types[0] not in SUPERNET:
         raise ConfigError("net[0].type", f"{types[0] if types else None!r} is not a mapped BigNAS supernet part",
                           f"mapped: {', '.join(SUPERNET)}; UP's subnet files use {', '.join(SUPERNET.values())}")

@@ -12,6 +12,7 @@ from .layers import initialize, norm_layer, read_initializer
 from .options import entry_options
 
 PARTS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN")
+SUPERNET_PARTS = ("big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")
 STAGES = 5
 NATURAL_STRIDES = [2, 4, 8, 16, 32]  # stem stride 2, the max-pool, then stages 2..4 at stride 2
 
@@ -38,15 +39,23 @@ def _norm(opts, default="solo_bn"):
     return norm_layer(opts, default=default)
 
 
-def read_trunk(opts):
+def read_trunk(opts, sizes=None):
+    """The static trunk; with ``sizes`` (the largest depth / out_channel / kernel_size /
+    expand_ratio of a supernet's space, read by the caller) the elastic one."""
+    from .bignas_elastic import ElasticResNetBasic
     from .bignas_parts import BigNASResNetBasic
 
-    depth = _ints(opts, "depth", STAGES)
-    channels = _ints(opts, "out_channel", STAGES)
-    kernels = _ints(opts, "kernel_size", STAGES)
+    if sizes is None:
+        depth = _ints(opts, "depth", STAGES)
+        channels = _ints(opts, "out_channel", STAGES)
+        kernels = _ints(opts, "kernel_size", STAGES)
+        expand = _ints(opts, "expand_ratio", STAGES, default=[0.5, 1, 1, 1, 1], minimum=0, numbers=float)
+    else:
+        depth, channels, kernels, expand = (sizes[k] for k in ("depth", "out_channel", "kernel_size", "expand_ratio"))
+        zero_gamma = opts.take("zero_last_gamma", True, types=bool)
+        opts.take("kernel_transform", False, types=bool, only=False, why="kernels are centre crops of the largest")
     if any(k % 2 == 0 for k in kernels):
         raise ConfigError(opts.at("kernel_size"), f"{kernels}: kernel sizes are odd")
-    expand = _ints(opts, "expand_ratio", STAGES, default=[0.5, 1, 1, 1, 1], minimum=0, numbers=float)
     opts.take("task", "classification", types=str, only="detection",
               why="the classification BigNAS subnet is not mapped; a detection trunk returns feature maps")
     opts.ignore("num_classes", "read by the classification subnet only")
@@ -65,18 +74,21 @@ def read_trunk(opts):
     opts.take("out_strides", want, types=list, only=want, why="the strides follow from out_layers")
     norm, sync = _norm(opts)
     init = read_initializer(opts, default={"method": "msra"})
-    opts.ignore("kernel_transform", "the supernet's kernel transformation; a subnet's kernels are plain")
-    opts.ignore("zero_last_gamma", "the supernet's initialisation")
     opts.done()
     if any(d < 1 for d in depth[1:]) or depth[0] != 1:
         raise ConfigError(opts.at("depth"), f"{depth}: stage 0 is the stem (depth 1), stages 1..4 have >= 1 block")
-    trunk = BigNASResNetBasic(depth, channels, kernels, expand, out_layers, norm, deep_stem, frozen_layers=frozen)
+    cls = BigNASResNetBasic if sizes is None else ElasticResNetBasic
+    trunk = cls(depth, channels, kernels, expand, out_layers, norm, deep_stem, frozen_layers=frozen)
     initialize(trunk, init)
+    if sizes is not None and zero_gamma:
+        trunk.zero_last_gamma()
     trunk.out_strides = want
     return trunk, sync
 
 
-def read_fpn(opts, trunk):
+def read_fpn(opts, trunk, sizes=None):
+    """The static FPN, or with ``sizes`` (a supernet's largest, as :func:`read_trunk`) the elastic one."""
+    from .bignas_elastic import ElasticFPN
     from .bignas_parts import BigNASFPN
 
     n = len(trunk.out_planes)
@@ -92,12 +104,12 @@ def read_fpn(opts, trunk):
     opts.ignore("tocaffe_friendly", "the same result here: levels are exact halves (inputs padded to 32)")
     opts.ignore("to_onnx", "an export option")
     use_p5 = opts.take("use_p5", False, types=bool)
-    depth = _ints(opts, "depth", 2)
+    depth = _ints(opts, "depth", 2) if sizes is None else sizes["depth"]
     if depth != [n, num_level]:
         raise ConfigError(opts.at("depth"), f"{depth}: expected [{n}, {num_level}] (the laterals, then the "
                           "output and extra-level convs)")
-    channels = _ints(opts, "out_channel", 2)
-    kernels = _ints(opts, "kernel_size")
+    channels = _ints(opts, "out_channel", 2) if sizes is None else sizes["out_channel"]
+    kernels = _ints(opts, "kernel_size") if sizes is None else sizes["kernel_size"]
     if len(kernels) == 2:
         kernels = [kernels[0]] * n + [kernels[1]] * num_level
     if len(kernels) != n + num_level or any(k % 2 == 0 for k in kernels):
@@ -106,14 +118,20 @@ def read_fpn(opts, trunk):
     norm = _norm(opts)[0] if opts.kwargs.get("normalize") is not None else opts.take("normalize", None)
     init = read_initializer(opts)
     opts.done()
-    fpn = BigNASFPN(trunk.out_planes, channels[0], channels[1], kernels, num_level, start, downsample, norm, use_p5)
+    if sizes is None:
+        fpn = BigNASFPN(trunk.out_planes, channels[0], channels[1], kernels, num_level, start, downsample, norm, use_p5)
+    else:
+        fpn = ElasticFPN(trunk.out_planes, channels, [kernels[0], kernels[n]], num_level, start, downsample, norm,
+                         use_p5)
     initialize(fpn, init)
     fpn.out_strides = want
     return fpn
 
 
-def read_head(opts, fpn, levels):
-    """(a function building the head for a number of anchors, num_classes, sync group)."""
+def read_head(opts, fpn, levels, sizes=None):
+    """(a function building the head for a number of anchors, num_classes, sync group); with
+    ``sizes`` (a supernet's largest tower: depth, out_channel, kernel_size) the elastic head."""
+    from .bignas_elastic import ElasticRetinaHead
     from .bignas_parts import BigNASRetinaHead
 
     cin = fpn.out_channels
@@ -123,12 +141,17 @@ def read_head(opts, fpn, levels):
                             "too: at least 2")
     towers = []
     for side in ("cls", "box"):
-        depth = _ints(opts, f"depth_{side}", 1, default=[4])
-        channels = _ints(opts, f"out_channel_{side}", 1, default=[256])
+        if sizes is None:
+            depth = _ints(opts, f"depth_{side}", 1, default=[4])
+            channels = _ints(opts, f"out_channel_{side}", 1, default=[256])
+        else:
+            depth, channels = sizes["depth"], sizes["out_channel"]
         towers.append((channels[0], depth[0]))
-    opts.take("feat_planes", towers[0][0], types=int, only=towers[0][0], why="the class tower's out_channel_cls")
-    opts.take("num_conv", towers[0][1], types=int, only=towers[0][1], why="depth_cls")
-    kernel = _ints(opts, "kernel_size", 1, default=[3])[0]
+    opts.take("feat_planes", towers[0][0], types=int, only=towers[0][0], why="the class tower's out_channel_cls"
+              if sizes is None else "the towers' largest out_channel")
+    opts.take("num_conv", towers[0][1], types=int, only=towers[0][1], why="depth_cls" if sizes is None else
+              "the towers' largest depth")
+    kernel = _ints(opts, "kernel_size", 1, default=[3])[0] if sizes is None else sizes["kernel_size"][0]
     if kernel % 2 == 0:
         raise ConfigError(opts.at("kernel_size"), f"{kernel}: kernel sizes are odd")
     opts.take("num_level", levels, types=int, only=levels, why=f"the FPN gives {levels} levels")
@@ -145,7 +168,11 @@ def read_head(opts, fpn, levels):
         if num_anchors is not None and num_anchors != anchors:
             raise ConfigError(opts.at("num_anchors"), f"{num_anchors} but anchor_ratios x anchor_scales give "
                               f"{anchors}")
-        head = BigNASRetinaHead(cin, num_classes - 1, anchors, levels, kernel, towers[0], towers[1], norm, prior)
+        if sizes is None:
+            head = BigNASRetinaHead(cin, num_classes - 1, anchors, levels, kernel, towers[0], towers[1], norm, prior)
+        else:
+            head = ElasticRetinaHead(cin, num_classes - 1, anchors, levels, towers[0][1], towers[0][0], kernel, norm,
+                                     prior)
         if init is not None:
             initialize(head, init)
             head.init_prior(prior)
@@ -174,15 +201,20 @@ def build_bignas_net(net_cfg, path):
     from .bignas_weights import slice_supernet
     from .det_parts import up_cell_anchors
 
+    from .bignas_supernet import BigNASSupernet, largest, read_space
+
     types = tuple(e["type"] for e in net_cfg)
-    if types[:3] != PARTS or len(types) != 4 or types[3] != "retina_post":
-        raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped BigNAS subnet",
-                          f"mapped: {' + '.join(PARTS)} + retina_post")
+    if types[:3] not in (PARTS, SUPERNET_PARTS) or len(types) != 4 or types[3] != "retina_post":
+        raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped BigNAS net",
+                          f"mapped: {' + '.join(PARTS)} + retina_post (a subnet), {' + '.join(SUPERNET_PARTS)} + "
+                          "retina_post (the supernet)")
     opts = entry_options(net_cfg, path)
-    trunk, sync = read_trunk(opts[0])
-    fpn = read_fpn(opts[1], trunk)
+    space, schedule = read_space(opts) if types[:3] == SUPERNET_PARTS else (None, None)
+    sizes = [None] * 3 if space is None else [largest(space[i]) for i in range(3)]
+    trunk, sync = read_trunk(opts[0], sizes[0])
+    fpn = read_fpn(opts[1], trunk, sizes[1])
     levels = len(fpn.out_strides)
-    build_head, num_classes, head_sync = read_head(opts[2], fpn, levels)
+    build_head, num_classes, head_sync = read_head(opts[2], fpn, levels, sizes[2])
     dynamic_norm = _dynamic_normalizer(opts[3])
     post = read_post("retina_post", opts[3], num_classes, False, join_path(join_path(path, 3), "type"))
     # UP's static head defaults to 9 anchors, which its own subnet file (2 anchors) cannot run
@@ -192,8 +224,13 @@ def build_bignas_net(net_cfg, path):
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
                                     post["l1_weight"], dynamic_norm=dynamic_norm)
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
-    model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
-                            fpn.out_strides, cells, class_first=post["class_first"], neck_takes_list=True)
+    parts = (trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]), fpn.out_strides, cells)
+    if space is None:
+        model = RetinaPlusModel(*parts, class_first=post["class_first"], neck_takes_list=True)
+    else:  # BatchNorm runs on slices of its statistics: not converted to SyncBatchNorm
+        model = BigNASSupernet(*parts, class_first=post["class_first"], neck_takes_list=True, space=space,
+                               schedule=schedule)
+        sync = head_sync = None
     model.num_classes_counts_background = True
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = sync if sync is not None else head_sync

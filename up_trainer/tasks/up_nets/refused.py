@@ -30,7 +30,8 @@ for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNA
     REFUSED[_prefix] = (_what, "the plain UP part it was searched from")
 
 
-MAPPED_BIGNAS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN")  # a fixed subnet: bignas_net.py
+MAPPED_BIGNAS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed subnet and
+                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # the supernet: bignas_net.py
 
 
 def refusal(mtype):
