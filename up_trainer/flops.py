@@ -52,4 +52,8 @@ def flops_table(cfg, input_size=None):
     width = max(len(r[0]) for r in rows)
     lines = [f"input: 1x{'x'.join(map(str, size))}"]
     lines += [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    if getattr(model, "sampling", None):  # a BigNAS supernet file with UP's sample_flops keys
+        from .tasks.up_nets.bignas_flops import sampled_subnets
+
+        lines += sampled_subnets(model, size, *model.sampling)
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from up_trainer.config.loader import load_file
 DET = os.path.join(UP_FIXTURES, "nas", "bignas", "det")
 FINETUNE = os.path.join(DET, "bignas_retinanet_R18_finetune_subnet.yaml")
 SUBNET = os.path.join(DET, "bignas_retinanet_R18_subnet.yaml")
+SUPNET = os.path.join(DET, "bignas_retinanet_R18_train_supnet.yaml")
 SETTINGS = "bignas.subnet.subnet_settings"
 
 
@@ -71,8 +72,52 @@ SUBNET_CASES = [
 ]
 
 
+
+def _train(key, value):
+    return lambda c: c["bignas"]["train"].update({key: value})
+
+
+FLOPS = os.path.join(DET, "bignas_retinanet_R18_sample_flops.yaml")
+
+
+def _subnet(key, value):
+    return lambda c: c["bignas"]["subnet"].update({key: value})
+
+
+FLOPS_CASES = [
+    (_subnet("flops_range", ["100X", "400G"]), "bignas.subnet.flops_range[0]: expected a count such as '200G'"),
+    (_subnet("flops_range", ["400G", "100G"]), "bignas.subnet.flops_range: ['400G', '100G']: low above high"),
+    (_subnet("flops_range", "100G"), "bignas.subnet.flops_range: expected [low, high]"),
+    (_subnet("subnet_count", 0), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
+    (_subnet("subnet_count", 10 ** 9), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
+    (_subnet("baseline_flops", "-1G"), "bignas.subnet.baseline_flops: expected a count"),
+    (_subnet("calib_bn", True), "bignas.subnet.calib_bn: UP's sample_accuracy phase"),
+]
+
+SUPNET_CASES = [
+    (_train("sample_subnet_num", 2), "bignas.train.sample_subnet_num: 2: several subnets per iteration"),
+    (_train("sample_strategy", ["max", "middle"]), "bignas.train.sample_strategy: ['max', 'middle'] is not built"),
+    (_train("sample_strategy", []), "bignas.train.sample_strategy: [] is not built"),
+    (_train("valid_before_train", True), "bignas.train.valid_before_train: evaluating before training"),
+    (lambda c: c["bignas"]["data"].update(image_size_list=[[1, 3, 512, 512], [1, 3, 768, 768]]),
+     "bignas.data.image_size_list: several input sizes"),
+    (lambda c: c["net"][0]["kwargs"]["out_channel"].update(sample_strategy="block_wise"),
+     "net[0].kwargs.out_channel.sample_strategy: UP's 'block_wise' sampling is not built"),
+    (lambda c: c["net"][0]["kwargs"]["out_channel"].update(sample_strategy="net_wise"),
+     "net[0].kwargs.out_channel: net_wise sampling needs the same values in every stage"),
+    (lambda c: c["net"][0]["kwargs"].update(kernel_transform=True), "net[0].kwargs.kernel_transform: True is not"),
+    (lambda c: c["net"][2]["kwargs"].update(feat_planes=64), "net[2].kwargs.feat_planes: 64 is not supported"),
+    (lambda c: c["net"][0]["kwargs"]["depth"]["space"].update(min=[1, 0, 2, 2, 4]),
+     "net[0].kwargs.depth: stage 1 allows [0] (every stage keeps at least one block)"),
+    (lambda c: c["net"][0]["kwargs"].update(kernel_size={"space": {"min": [3] * 5, "max": [3, 3, 3, 3, 4]},
+                                                          "sample_strategy": "stage_wise"}),
+     "net[0].kwargs.kernel_size.space.stride: required when min and max differ"),
+]
+
+
 @pytest.mark.parametrize("source, edit, where", [(FINETUNE, e, w) for e, w in FINETUNE_CASES]
-                         + [(SUBNET, e, w) for e, w in SUBNET_CASES])
+                         + [(SUBNET, e, w) for e, w in SUBNET_CASES] + [(SUPNET, e, w) for e, w in SUPNET_CASES]
+                         + [(FLOPS, e, w) for e, w in FLOPS_CASES])
 def test_hostile_value_is_one_line_naming_the_key(tmp_path, source, edit, where):
     res = invoke(["config", "--config", _edited(tmp_path, source, edit)])
     assert res.exit_code == 2, res.stderr or res.exception

@@ -1,8 +1,11 @@
 """UP's BigNAS files (tests/fixtures/up/nas/bignas/det): the three that name one subnet build it
-as a static detector and dry-run on digit scenes with only data paths changed; a supernet
-checkpoint slices into that subnet by UP's rule (each stage's first blocks, first channels)."""
+as a static detector, the supernet file trains the elastic net by the sandwich rule; each
+dry-runs on digit scenes with only data paths changed. A supernet checkpoint slices into a
+subnet by UP's rule (each stage's first blocks, first channels, centre of the kernels), and the
+sliced subnet computes what the supernet computes with that subnet active."""
 import copy
 import os
+import random
 
 import pytest
 import torch
@@ -15,9 +18,10 @@ from up_trainer.engine.builder import load_pretrained
 from up_trainer.tasks.up_nets import build_up_net
 
 DET = "nas/bignas/det"
-SUBNET_FILES = [f"{DET}/bignas_retinanet_R18_{phase}.yaml" for phase in ("subnet", "finetune_subnet",
-                                                                          "evaluate_subnet")]
+RUNNING = [f"{DET}/bignas_retinanet_R18_{phase}.yaml" for phase in ("subnet", "finetune_subnet", "evaluate_subnet",
+                                                                     "train_supnet")]
 FINETUNE = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_finetune_subnet.yaml")
+SUPNET = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_train_supnet.yaml")
 # the supernet of the finetune file at its largest: net[0..2]'s space maxima
 MAX_SETTINGS = {"backbone": {"depth": [1, 3, 4, 4, 6], "out_channel": [64, 80, 160, 320, 640]},
                 "roi_head.cls_subnet": {"out_channel": [128]}, "roi_head.box_subnet": {"out_channel": [128]}}
@@ -32,12 +36,15 @@ def _model(raw, tmp_path):
     return build_up_net(cfg["net"]), cfg
 
 
-def _as_supernet_checkpoint(state, randomize=True):
+def _as_supernet_checkpoint(state, randomize=True, rename=True):
     """A static state dict under the names UP's dynamic supernet stores (its stage-first blocks'
     shortcut conv and BN, the head's prediction convs inside a conv block); ``randomize``: every
     tensor drawn anew (positive, so running variances stay valid), so that slices are told apart."""
     out = {}
     for key, value in state.items():
+        if not rename:
+            out[key] = torch.rand_like(value.float()).to(value.dtype) if value.dim() else value
+            continue
         key = key.replace(".shortcut.conv.weight", ".shortcut.weight").replace(".shortcut.bn.", ".shortcutbn.")
         for side in ("cls", "box"):
             key = key.replace(f"roi_head.{side}_subnet_pred.", f"roi_head.{side}_subnet_pred.conv.")
@@ -45,8 +52,8 @@ def _as_supernet_checkpoint(state, randomize=True):
     return out
 
 
-@pytest.mark.parametrize("rel", SUBNET_FILES)
-def test_subnet_file_dry_runs_with_data_opts(rel, up_data, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("rel", RUNNING)
+def test_file_dry_runs_with_data_opts(rel, up_data, tmp_path):  # noqa: F811
     run_dir = tmp_path / "run"
     res = invoke(["train", "--config", os.path.join(UP_FIXTURES, rel), "--work-dir", str(run_dir), "--dry-run",
                   "--device", "cpu", "--opts", *data_opts(rel, up_data)])
@@ -98,22 +105,74 @@ def test_supernet_checkpoint_slices_into_the_subnet(tmp_path):
     assert not report["unexpected"]  # the supernet's deeper blocks are left out before loading
 
 
-@pytest.mark.slow
-def test_subnet_trains_from_a_supernet_checkpoint(up_data, tmp_path):  # noqa: F811
+def test_supernet_runs_the_sandwich_and_its_slice_computes_the_same(tmp_path):
+    supernet, _ = _model(load_file(SUPNET), tmp_path)
+    assert type(supernet).__name__ == "BigNASSupernet"
+    supernet.load_state_dict(_as_supernet_checkpoint(supernet.state_dict(), rename=False))  # random, positive
+    images = {"image": [torch.rand(3, 64, 64), torch.rand(3, 64, 64)],
+              "target": [{"boxes": torch.tensor([[4.0, 6.0, 40.0, 50.0]]), "labels": torch.tensor([3])}] * 2}
+    supernet.train()
+    modes, settings = [], []
+    for _ in range(2):
+        supernet(images)
+        modes.append(supernet.subnet[0])
+        settings.append(supernet.subnet[1])
+    assert modes == ["max", "random"] and int(supernet.bignas_step) == 2
+    supernet.bignas_step.fill_(3)
+    supernet(images)
+    assert supernet.subnet[0] == "min"  # the sandwich's place follows the saved step
+    setting = supernet.set_subnet("random", random.Random(1000))  # step 1's subnet, drawn again from its seed
+    assert setting == settings[1] != settings[0]
+    path = tmp_path / "supernet.pth"
+    torch.save({"model": supernet.state_dict()}, path)
+
     raw = _raw()
-    big = copy.deepcopy(raw)
-    big["bignas"]["subnet"]["subnet_settings"] = MAX_SETTINGS
-    supernet, _ = _model(big, tmp_path)
-    ckpt = tmp_path / "supernet.pth"
-    torch.save({"model": _as_supernet_checkpoint(supernet.state_dict(), randomize=False)}, ckpt)
-    rel = f"{DET}/bignas_retinanet_R18_finetune_subnet.yaml"
-    run_dir = tmp_path / "run"
-    res = invoke(["train", "--config", FINETUNE, "--work-dir", str(run_dir), "--device", "cpu", "--opts",
-                  *data_opts(rel, up_data), f"saver.pretrain_model={ckpt}", "trainer.max_epoch=1",
-                  "trainer.test_freq=1", "trainer.lr_scheduler.warmup_epochs=0",
-                  "dataset.dataloader.kwargs.num_workers=0"])
+    raw["bignas"]["subnet"]["subnet_settings"] = {
+        "backbone": {k: setting["backbone"][k] for k in ("depth", "out_channel", "kernel_size")},
+        "neck": setting["neck"], "roi_head.cls_subnet": setting["roi_head.cls_subnet"],
+        "roi_head.box_subnet": setting["roi_head.box_subnet"]}
+    subnet, _ = _model(raw, tmp_path)
+    report = load_pretrained(subnet, str(path))
+    assert not report["missing"] and not report["mismatched"] and not report["unexpected"], report
+    supernet.eval(), subnet.eval()
+    x = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        supernet.set_subnet("random", random.Random(1000))
+        theirs = supernet.roi_head(supernet.features(x))
+        mine = subnet.roi_head(subnet.features(x))
+    for (c1, b1), (c2, b2) in zip(theirs, mine):
+        assert torch.allclose(c1, c2, atol=1e-4) and torch.allclose(b1, b2, atol=1e-4)
+
+
+def test_up_flops_lists_sampled_subnets_within_the_range(tmp_path):
+    rel = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_sample_flops.yaml")
+    res = invoke(["flops", "--config", rel, "--input-size", "3,64,64", "--opts", "bignas.subnet.subnet_count=3",
+                  "bignas.subnet.flops_range=['0.2G','0.6G']"])
     assert res.exit_code == 0, res.stderr or res.exception
-    log = (run_dir / "train.log").read_text()
-    loaded = [line for line in log.splitlines() if "loaded" in line and "supernet.pth" in line]
-    assert loaded and "shape-mismatched" not in log, log[-3000:]
-    assert "bbox.AP" in log or "AP" in log
+    lines = res.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("sampled subnets"))
+    assert "within 200.00M..600.00M" in lines[head]
+    rows = lines[head + 1:]
+    assert 1 <= len(rows) <= 3
+    values = [float(r.split()[0][:-1]) for r in rows]  # in M, sorted
+    assert values == sorted(values) and all(200 <= v <= 600 for v in values), rows
+    assert all('"backbone": {"depth": [1' in r for r in rows)
+
+
+@pytest.mark.slow
+def test_supernet_trains_then_its_subnet_fine_tunes_from_it(up_data, tmp_path):  # noqa: F811
+    common = ["--device", "cpu", "trainer.max_epoch=1", "trainer.lr_scheduler.warmup_epochs=0",
+              "dataset.dataloader.kwargs.num_workers=0"]
+    sup_dir, sub_dir = tmp_path / "supernet", tmp_path / "subnet"
+    res = invoke(["train", "--config", SUPNET, "--work-dir", str(sup_dir), "--device", "cpu", "--opts",
+                  *data_opts(f"{DET}/bignas_retinanet_R18_train_supnet.yaml", up_data), *common[2:]])
+    assert res.exit_code == 0, res.stderr or res.exception
+    ckpt = sorted(sup_dir.rglob("ckpt_e*.pth"))[-1]
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
+    assert int(state["bignas_step"]) == 3  # 6 scenes, batch 2: max, random, random
+    res = invoke(["train", "--config", FINETUNE, "--work-dir", str(sub_dir), "--device", "cpu", "--opts",
+                  *data_opts(f"{DET}/bignas_retinanet_R18_finetune_subnet.yaml", up_data),
+                  f"saver.pretrain_model={ckpt}", *common[2:]])
+    assert res.exit_code == 0, res.stderr or res.exception
+    log = (sub_dir / "train.log").read_text()
+    assert "shape-mismatched" not in log and "missing" not in log, log[-3000:]

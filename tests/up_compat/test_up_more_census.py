@@ -27,11 +27,9 @@ REFUSED = {
     'multitask/r50-retina-atss-qfl+cls.yaml': "runtime.runner.type: UP's 'multitask' runner is not mapped",
     'multitask/r50-retina-atss-qfl.yaml': "runtime.runner.type: UP's 'multitask' runner is not mapped",
     # -- nas --
-    'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "bignas.subnet.flops_range: UP's subnet sampling",
-    'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "bignas.train: UP's BigNAS supernet training",
-    'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.flops_range: UP's subnet sampling",
-    'nas/bignas/det/bignas_retinanet_R18_sample_flops.yaml': "bignas.subnet.flops_range: UP's subnet sampling",
-    'nas/bignas/det/bignas_retinanet_R18_train_supnet.yaml': "bignas.train: UP's BigNAS supernet training",
+    'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
+    'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
+    'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet NAS search space, which up-trainer does not map on",
     # -- quant --
     'quant/cls/res18_quant_trt_qat.yaml': "runtime.runner.type: UP's 'quant' runner is not mapped",

@@ -110,3 +110,37 @@ def choose_part(elements, setting, path, part_path):
                               f"it searches: {', '.join(elements)}")
     return {name: choose(read_element(value, join_path(part_path, name)), setting.get(name), join_path(path, name))
             for name, value in elements.items()}
+
+
+UNITS = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def parse_flops(value, path):
+    """UP's FLOP counts: ``'200G'`` -> 2e11 (K, M, G, T; a number passes as it is)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    if isinstance(value, str) and value[-1:].upper() in UNITS:
+        try:
+            number = float(value[:-1])
+        except ValueError:
+            number = -1.0
+        if number >= 0:
+            return number * UNITS[value[-1].upper()]
+    raise ConfigError(path, f"expected a count such as '200G' (K, M, G, T), got {value!r}")
+
+
+def read_sampling_keys(subnet, path):
+    """(subnet_count, (low, high) or None) of UP's ``subnet_count`` / ``flops_range``."""
+    count = subnet.get("subnet_count", 100)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 100000:
+        raise ConfigError(join_path(path, "subnet_count"), f"expected a whole number 1..100000, got {count!r}")
+    span = subnet.get("flops_range")
+    if span is not None:
+        if not isinstance(span, list) or len(span) != 2:
+            raise ConfigError(join_path(path, "flops_range"), f"expected [low, high], got {span!r}")
+        span = tuple(parse_flops(v, join_path(join_path(path, "flops_range"), i)) for i, v in enumerate(span))
+        if span[0] > span[1]:
+            raise ConfigError(join_path(path, "flops_range"), f"{subnet['flops_range']}: low above high")
+    if "baseline_flops" in subnet and subnet["baseline_flops"] is not None:
+        parse_flops(subnet["baseline_flops"], join_path(path, "baseline_flops"))
+    return count, span

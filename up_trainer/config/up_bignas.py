@@ -16,7 +16,7 @@ subnet sampling (``bignas.train`` alone, ``flops_range`` / ``subnet_count``) are
 line naming what to use instead. docs/up/nas.rst has the table of UP's files. No torch here.
 """
 from ..errors import ConfigError, did_you_mean, join_path
-from .bignas_space import choose_part
+from .bignas_space import choose_part, read_sampling_keys
 
 SUPERNET = {"big_resnet_basic": "bignas_resnet_basic", "big_fpn": "bignas_fpn",
             "BigRetinaHeadWithBN": "BignasRetinaHeadWithBN"}
@@ -221,11 +221,22 @@ def translate_bignas(cfg, notes):
         return
     settings = subnet.get("subnet_settings")
     if settings is None:
-        if any(k in subnet for k in SAMPLING_KEYS):
-            key = next(k for k in SAMPLING_KEYS if k in subnet)
-            raise ConfigError(join_path("bignas.subnet", key), "UP's subnet sampling (the sample_flops / "
-                              "sample_accuracy phases over the supernet) is not built", INSTEAD)
+        if subnet.get("calib_bn") or subnet.get("sample_with_finetune"):
+            key = "calib_bn" if subnet.get("calib_bn") else "sample_with_finetune"
+            raise ConfigError(join_path("bignas.subnet", key), "UP's sample_accuracy phase (each sampled subnet "
+                              "evaluated) is not built", "instead: up flops lists sampled subnets' FLOPs; evaluate "
+                              "a chosen one with bignas.subnet.subnet_settings and up eval; docs/up/nas.rst")
         _supernet_training(cfg, bignas, types, notes)
+        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] == "big_resnet_basic":
+            read_sampling_keys(subnet, "bignas.subnet")  # checked here, under UP's key
+            entry = cfg["net"][0]
+            entry["kwargs"]["bignas_subnet_sampling"] = {k: subnet[k] for k in ("subnet_count", "flops_range")
+                                                         if k in subnet}
+            notes.append("bignas.subnet.flops_range / subnet_count: up flops lists the FLOPs of sampled subnets "
+                         "(UP's sample_flops phase; moved to net[0].kwargs.bignas_subnet_sampling); up train "
+                         "trains the supernet")
+            for key in [k for k in subnet if k not in ("subnet_count", "flops_range")]:
+                notes.append(f"bignas.subnet.{key}: recorded; not read (up flops counts at its --input-size)")
         return
     if not types or types[0] not in SUPERNET:
         raise ConfigError("net[0].type", f"{types[0] if types else None!r} is not a mapped BigNAS supernet part",

@@ -209,7 +209,10 @@ def build_bignas_net(net_cfg, path):
                           f"mapped: {' + '.join(PARTS)} + retina_post (a subnet), {' + '.join(SUPERNET_PARTS)} + "
                           "retina_post (the supernet)")
     opts = entry_options(net_cfg, path)
+    from .bignas_flops import read_sampling
+
     space, schedule = read_space(opts) if types[:3] == SUPERNET_PARTS else (None, None)
+    sampling = read_sampling(opts[0]) if space is not None else None
     sizes = [None] * 3 if space is None else [largest(space[i]) for i in range(3)]
     trunk, sync = read_trunk(opts[0], sizes[0])
     fpn = read_fpn(opts[1], trunk, sizes[1])
@@ -229,7 +232,7 @@ def build_bignas_net(net_cfg, path):
         model = RetinaPlusModel(*parts, class_first=post["class_first"], neck_takes_list=True)
     else:  # BatchNorm runs on slices of its statistics: not converted to SyncBatchNorm
         model = BigNASSupernet(*parts, class_first=post["class_first"], neck_takes_list=True, space=space,
-                               schedule=schedule)
+                               schedule=schedule, sampling=sampling)
         sync = head_sync = None
     model.num_classes_counts_background = True
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")

@@ -40,12 +40,26 @@ def read_space(opts):
                 raise ConfigError(opts[i].at(f"{name}.sample_strategy"), f"UP's {strategy!r} sampling is not built",
                                   f"built: {', '.join(STRATEGIES)}")
             allowed = read_element(value, opts[i].at(name))
+            _check_values(name, allowed, opts[i].at(name), stem=i == 0)
             if strategy == "net_wise" and any(a != allowed[0] for a in allowed):
                 raise ConfigError(opts[i].at(name), "net_wise sampling needs the same values in every stage")
             space[i][name] = (allowed, strategy)
     schedule = opts[0].take(SCHEDULE_KEY, ["max", "random", "random", "min"], types=list, check=lambda v: None if v
                             and all(m in MODES for m in v) else f"each entry one of {', '.join(MODES)}")
     return space, schedule
+
+
+def _check_values(name, allowed, path, stem):
+    """Every value a subnet may draw builds: blocks >= 1 per stage (the stem exactly 1), odd
+    kernels, positive widths and expand ratios."""
+    for stage, values in enumerate(allowed):
+        if name == "depth" and stem and stage == 0 and values != [1]:
+            raise ConfigError(path, f"stage 0 allows {values}", "stage 0 is the stem: depth 1")
+        bad = [v for v in values if (v < 1 if name in ("depth", "out_channel") else
+                                     v % 2 == 0 if name == "kernel_size" else v <= 0)]
+        if bad:
+            why = {"depth": "every stage keeps at least one block", "kernel_size": "kernel sizes are odd"}
+            raise ConfigError(path, f"stage {stage} allows {bad}", why.get(name, "values are positive"))
 
 
 def largest(part):
@@ -86,9 +100,11 @@ class BigNASSupernet(RetinaPlusModel):
 
     kind = "retina_plus"
 
-    def __init__(self, *args, space, schedule, **kwargs):
+    def __init__(self, *args, space, schedule, sampling=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.space, self.schedule = space, list(schedule)
+        self.sampling = sampling  # (subnet_count, flops range) for up flops: bignas_flops.py
+        self.hold_subnet = False  # evaluate the subnet set_subnet chose rather than the largest
         self.register_buffer("bignas_step", torch.zeros((), dtype=torch.long))
         self.subnet = None
 
@@ -106,7 +122,8 @@ class BigNASSupernet(RetinaPlusModel):
 
     def forward(self, batch):
         if not self.training:
-            self.set_subnet("max")
+            if not self.hold_subnet:
+                self.set_subnet("max")
             return super().forward(batch)
         step = int(self.bignas_step)
         self.set_subnet(self.schedule[step % len(self.schedule)], random.Random(step * 1000))
