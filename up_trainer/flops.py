@@ -3,6 +3,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .errors import ConfigError
+from .protocols import SamplesSubnetFlops
 
 
 def parse_input_size(text):
@@ -52,8 +53,6 @@ def flops_table(cfg, input_size=None):
     width = max(len(r[0]) for r in rows)
     lines = [f"input: 1x{'x'.join(map(str, size))}"]
     lines += [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
-    if getattr(model, "sampling", None):  # a BigNAS supernet file with UP's sample_flops keys
-        from .tasks.up_nets.bignas_flops import sampled_subnets
-
-        lines += sampled_subnets(model, size, *model.sampling)
+    if isinstance(model, SamplesSubnetFlops):  # a BigNAS supernet: UP's sample_flops phase
+        lines += model.sampled_flops_lines(size)
     return "\n".join(lines)

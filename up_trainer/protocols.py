@@ -206,6 +206,11 @@ class TranslatesUpWeights(Protocol):
 
 
 @runtime_checkable
+class SamplesSubnetFlops(Protocol):  # a BigNAS supernet: up flops adds its sampled subnets
+    def sampled_flops_lines(self, size: tuple) -> list: ...
+
+
+@runtime_checkable
 class FusesForInference(Protocol):
     def fuse_for_inference(self) -> Any: ...
 

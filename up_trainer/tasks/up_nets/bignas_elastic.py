@@ -56,6 +56,7 @@ class ElasticBlock(nn.Module):
         self.stride = stride
         self.normal_conv1 = conv_norm_act(cin, mid, kernel, norm_layer, stride)
         self.normal_conv2 = conv_norm_act(mid, cout, kernel, norm_layer, act=False)
+        self.shortcut = self.shortcutbn = None  # identity: UP's blocks inside a stage
         if first or cin != cout or stride != 1:
             self.shortcut = nn.Conv2d(cin, cout, 1, stride, bias=False)
             self.shortcutbn = norm_layer(cout)
@@ -97,7 +98,7 @@ class ElasticResNetBasic(nn.Module):
     def zero_last_gamma(self):
         """UP's supernet init: blocks without a shortcut conv start as the identity."""
         for block in self.blocks:
-            if not hasattr(block, "shortcut"):
+            if block.shortcut is None:
                 nn.init.zeros_(block.normal_conv2.bn.weight)
 
     def _stage_modules(self, stage):
@@ -154,7 +155,7 @@ class ElasticFPN(BigNASFPN):
 
         def block(x, seq, width, kernel):
             x = conv(x, seq.conv, width, kernel)
-            return norm(x, seq.bn) if hasattr(seq, "bn") else x
+            return norm(x, seq[1]) if len(seq) > 1 else x  # (conv, bn) or a conv with a bias
 
         first = self.start_level
         laterals = [block(x, getattr(self, f"c{i + first}_lateral"), inter, k_lat) for i, x in enumerate(feats)]

@@ -120,6 +120,12 @@ class BigNASSupernet(RetinaPlusModel):
         self.subnet = (mode, settings)
         return settings
 
+    def sampled_flops_lines(self, size):
+        """``up flops``: the sampled subnets' multiply-adds (none without UP's sampling keys)."""
+        from .bignas_flops import sampled_subnets
+
+        return [] if self.sampling is None else sampled_subnets(self, size, *self.sampling)
+
     def forward(self, batch):
         if not self.training:
             if not self.hold_subnet:

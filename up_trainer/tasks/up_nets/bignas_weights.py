@@ -87,7 +87,9 @@ def slice_supernet(state, model, names):
     state = _rename_entries(state, names)
     if "bignas_step" in state and "bignas_step" not in model.state_dict():
         state = {k: v for k, v in state.items() if k != "bignas_step"}  # the supernet's sampling counter
-    if not is_supernet(state) or not hasattr(model.backbone, "stage_ends"):
+    from .bignas_parts import BigNASResNetBasic
+
+    if not is_supernet(state) or not isinstance(model.backbone, BigNASResNetBasic):
         return state  # a subnet's checkpoint, or a supernet's loading into a supernet: by name
     state = _blocks(state, model)
     state = {re.sub(r"^roi_head\.(cls|box)_subnet_pred\.conv\.", r"roi_head.\1_subnet_pred.", k): v
