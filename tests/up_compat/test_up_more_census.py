@@ -30,7 +30,7 @@ REFUSED = {
     'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
-    'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet NAS search space, which up-trainer does not map on",
+    'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
     'quant/cls/res18_quant_trt_qat.yaml': "runtime.runner.type: UP's 'quant' runner is not mapped",
     'quant/cls/resnet/res18_quant_trt_qat.yaml': "runtime.runner.type: UP's 'quant' runner is not mapped",

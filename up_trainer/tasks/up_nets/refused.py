@@ -21,7 +21,8 @@ REFUSED = {
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
-    "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
+    "xmnet_search": ("XMNet backbone decoded from a searched cell code (MBConv / fused-conv stages; the "
+                     "search itself ran in UP's tooling)", "resnet18 (UP form)"),
     "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
              "distill.mimic[].adapter: a learned 1x1 adapter on a student module (docs/distill.rst)"),
 }
