@@ -18,8 +18,9 @@ from up_trainer.engine.builder import load_pretrained
 from up_trainer.tasks.up_nets import build_up_net
 
 DET = "nas/bignas/det"
-RUNNING = [f"{DET}/bignas_retinanet_R18_{phase}.yaml" for phase in ("subnet", "finetune_subnet", "evaluate_subnet",
-                                                                     "train_supnet")]
+RUNNING = [f"{DET}/bignas_retinanet_R18_{phase}.yaml" for phase in ("subnet", "finetune_subnet", "train_supnet")]
+RUNNING.append(pytest.param(f"{DET}/bignas_retinanet_R18_evaluate_subnet.yaml", marks=pytest.mark.slow))  # the
+# finetune file's net and data: its dry run adds the calibration split's keys only
 FINETUNE = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_finetune_subnet.yaml")
 SUPNET = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_train_supnet.yaml")
 # the supernet of the finetune file at its largest: net[0..2]'s space maxima
