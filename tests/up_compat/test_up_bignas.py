@@ -177,3 +177,11 @@ def test_supernet_trains_then_its_subnet_fine_tunes_from_it(up_data, tmp_path): 
     assert res.exit_code == 0, res.stderr or res.exception
     log = (sub_dir / "train.log").read_text()
     assert "shape-mismatched" not in log and "missing" not in log, log[-3000:]
+    evaluate = os.path.join(UP_FIXTURES, DET, "bignas_retinanet_R18_evaluate_subnet.yaml")  # UP's -e phase
+    res = invoke(["train", "-e", "--config", evaluate, "--work-dir", str(tmp_path / "eval"), "--device", "cpu",
+                  "--opts", *data_opts(f"{DET}/bignas_retinanet_R18_evaluate_subnet.yaml", up_data),
+                  f"saver.pretrain_model={ckpt}", "saver.auto_resume=false", *common[2:]])
+    assert res.exit_code == 0, res.stderr or res.exception
+    log = (tmp_path / "eval" / "train.log").read_text()
+    assert any(str(ckpt) in line and "loaded" in line for line in log.splitlines()), log[-3000:]
+    assert "shape-mismatched" not in log and "missing" not in log

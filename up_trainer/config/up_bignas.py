@@ -1,8 +1,9 @@
-"""UP's BigNAS files (``runtime.runner: bignas``), translated into one fixed subnet.
+"""UP's BigNAS files (``runtime.runner: bignas``), translated into the supernet or one subnet.
 
 UP trains a weight-sharing supernet (``big_resnet_basic`` + ``big_fpn`` +
-``BigRetinaHeadWithBN``) and then evaluates or fine-tunes one subnet of it, chosen by UP's
-``--phase`` flag. Here a file that names its subnet runs that subnet as a plain detector:
+``BigRetinaHeadWithBN``) and then samples, evaluates or fine-tunes subnets of it, the phase
+chosen by UP's ``--phase`` flag. Here the phase follows from the file. A file that names its
+subnet runs that subnet as a plain detector:
 
 - ``bignas.subnet.subnet_settings`` over a supernet ``net`` (UP's evaluate_subnet /
   finetune_subnet files): the net is rewritten into the static parts UP itself builds from
@@ -11,9 +12,12 @@ UP trains a weight-sharing supernet (``big_resnet_basic`` + ``big_fpn`` +
 - a ``net`` of those static parts (UP's subnet file) runs as written.
 
 A supernet checkpoint given as ``saver.pretrain_model`` / ``resume_model`` is sliced into the
-subnet when it loads (:mod:`up_trainer.tasks.up_nets.bignas_weights`). Supernet training and
-subnet sampling (``bignas.train`` alone, ``flops_range`` / ``subnet_count``) are refused in one
-line naming what to use instead. docs/up/nas.rst has the table of UP's files. No torch here.
+subnet when it loads (:mod:`up_trainer.tasks.up_nets.bignas_weights`). A supernet file
+without a subnet trains the supernet by the sandwich rule (``bignas.train.sample_strategy``
+handed to the net, :mod:`up_trainer.tasks.up_nets.bignas_supernet`); its ``flops_range`` /
+``subnet_count`` are handed on for ``up flops`` (UP's sample_flops). Evaluating sampled subnets
+(UP's sample_accuracy: ``calib_bn`` without a subnet) is refused in one line. docs/up/nas.rst
+has the table of UP's files. No torch here.
 """
 from ..errors import ConfigError, did_you_mean, join_path
 from .bignas_space import choose_part, read_sampling_keys
@@ -32,7 +36,6 @@ BIGNAS_KEYS = {"train": ("sample_subnet_num", "sample_strategy", "valid_before_t
                "latency": None, "display": None}
 SANDWICH = ("max", "min", "random")
 SAMPLING_KEYS = ("flops_range", "baseline_flops", "subnet_count", "subnet_sample_mode")
-INSTEAD = "instead: name one subnet in bignas.subnet.subnet_settings and run it; docs/up/nas.rst"
 
 
 def _runner(cfg):
@@ -161,8 +164,10 @@ def _calibration_split(dataset, notes):
 def _supernet_training(cfg, bignas, types, notes):
     """The supernet file without a subnet: UP's train_supnet phase, trained with the sandwich
     rule (tasks/up_nets/bignas_supernet.py), its schedule handed to the net."""
-    if not types or types[0] != "big_resnet_basic":
-        return  # the net reader refuses the supernet type (big_regnet, ...) in one line
+    if not types or types[0] != "big_resnet_basic":  # the net reader refuses big_regnet etc. in one line
+        notes.append("runtime.runner: bignas: the net has no mapped BigNAS supernet part; it trains as a plain "
+                     "net (UP's controller finds nothing to sample)")
+        return
     train = _mapping(bignas.get("train"), "bignas.train")
     if train.get("sample_subnet_num", 1) != 1:
         raise ConfigError("bignas.train.sample_subnet_num", f"{train['sample_subnet_num']!r}: several subnets "
