@@ -3,6 +3,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .errors import ConfigError
+from .protocols import SamplesSubnetFlops
 
 
 def parse_input_size(text):
@@ -52,4 +53,6 @@ def flops_table(cfg, input_size=None):
     width = max(len(r[0]) for r in rows)
     lines = [f"input: 1x{'x'.join(map(str, size))}"]
     lines += [f"{a:<{width}}  {b:>10}  {c:>10}" for a, b, c in rows]
+    if isinstance(model, SamplesSubnetFlops):  # a BigNAS supernet: UP's sample_flops phase
+        lines += model.sampled_flops_lines(size)
     return "\n".join(lines)

@@ -218,6 +218,11 @@ class ChecksPretrained(Protocol):
 
 
 @runtime_checkable
+class SamplesSubnetFlops(Protocol):  # a BigNAS supernet: up flops adds its sampled subnets
+    def sampled_flops_lines(self, size: tuple) -> list: ...
+
+
+@runtime_checkable
 class FusesForInference(Protocol):
     def fuse_for_inference(self) -> Any: ...
 

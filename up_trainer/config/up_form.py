@@ -13,6 +13,7 @@ import hashlib
 
 from ..errors import ConfigError, did_you_mean
 from .up_cutmix import cutmix_mixup_to_batch_fn
+from .up_bignas import translate_bignas
 from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
@@ -97,7 +98,7 @@ def trainer_defaults(cfg, notes):
     notes.extend(apply_up_trainer_defaults(cfg))
 
 
-UP_STEPS = [runtime_defaults, translate_distill, translate_ssl, top_level_keys, trainer_defaults]
+UP_STEPS = [runtime_defaults, translate_bignas, translate_distill, translate_ssl, top_level_keys, trainer_defaults]
 
 
 def file_digest(path):

@@ -45,9 +45,11 @@ CLS_HEADS = ("base_cls_head", "vit_head", "convnext_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
 PLUS_POSTS = ("retina_post", "retina_post_iou")
 ONENET_POST = "onenet_post"
+BIGNAS_PARTS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed BigNAS subnet
+                "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # and its supernet
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,))
+                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,) + BIGNAS_PARTS)
 
 
 def _up_backbones():
@@ -102,6 +104,8 @@ def _check_entries(net_cfg, path):
 
 def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
+    if types[0] in (BIGNAS_PARTS[0], BIGNAS_PARTS[3]):
+        return "bignas"  # its parts are checked by the BigNAS reader
     if types[0] == YOLOV5_PARTS[0]:
         if types == YOLOV5_PARTS:
             return "yolov5"
@@ -170,6 +174,10 @@ def build_up_net(net_cfg, path="net"):
         from .cls import build_classifier
 
         return build_classifier(net_cfg, path)
+    if shape == "bignas":
+        from .bignas_net import build_bignas_net
+
+        return build_bignas_net(net_cfg, path)
     if shape == "yolox":
         from .yolox_net import build_yolox_net
 

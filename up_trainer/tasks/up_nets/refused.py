@@ -19,7 +19,8 @@ REFUSED = {
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
-    "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
+    "xmnet_search": ("XMNet backbone decoded from a searched cell code (MBConv / fused-conv stages; the "
+                     "search itself ran in UP's tooling)", "resnet18 (UP form)"),
     "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
              "distill.mimic[].adapter: a learned 1x1 adapter on a student module (docs/distill.rst)"),
 }
@@ -28,9 +29,13 @@ for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNA
     REFUSED[_prefix] = (_what, "the plain UP part it was searched from")
 
 
+MAPPED_BIGNAS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed subnet and
+                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # the supernet: bignas_net.py
+
+
 def refusal(mtype):
     """(what, instead) for a refused UP type, or None."""
-    if not isinstance(mtype, str):
+    if not isinstance(mtype, str) or mtype in MAPPED_BIGNAS:
         return None
     if mtype in REFUSED:
         return REFUSED[mtype]

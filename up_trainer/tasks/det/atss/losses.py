@@ -38,6 +38,19 @@ def quality_focal_loss(logits, labels, quality, beta=2.0):
     return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
 
 
+def dynamic_normalizer(logits, labels, beta, alpha=0.5):
+    """UP's ``dynamic_normalizer`` of the class loss (in place of the positive count): the
+    detached modulating factors summed, ``alpha * sum (1 - p)^beta`` over the positives at their
+    class plus ``(1 - alpha) * sum p^beta`` over every other logit of the non-ignored anchors,
+    at least 1."""
+    p = logits.detach().sigmoid()
+    keep = labels >= 0
+    pos = (labels > 0).nonzero()[:, 0]
+    p_pos = p[pos, labels[pos] - 1]
+    negative = p[keep].pow(beta).sum() - p_pos.pow(beta).sum()
+    return torch.clamp(alpha * (1 - p_pos).pow(beta).sum() + (1 - alpha) * negative, min=1.0)
+
+
 class RetinaPlusCriterion:
     """Losses of one batch (anchors assigned by ATSS, or by ``assigner``). ``outputs``: cls
     [N, A, C], deltas [N, A, 4] and, with the IoU branch, iou [N, A] (logits);
@@ -45,9 +58,11 @@ class RetinaPlusCriterion:
     ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
 
     def __init__(self, box_coder, top_k=9, beta=2.0, cls_weight=1.0, giou_weight=1.0, l1_weight=0.0,
-                 iou_branch=False, iou_branch_weight=1.0, assigner=None, cls_loss=None):
+                 iou_branch=False, iou_branch_weight=1.0, assigner=None, cls_loss=None, dynamic_norm=False):
         """``cls_loss``: a module taking (logits [K, C], labels [K], IoU targets [K]) and returning
-        the summed class loss (:class:`.efl.EqualizedFocalLoss`) in place of QFL."""
+        the summed class loss (:class:`.efl.EqualizedFocalLoss`) in place of QFL.
+        ``dynamic_norm``: QFL divided by :func:`dynamic_normalizer` instead of the positive count."""
+        self.dynamic_norm = dynamic_norm
         self.box_coder, self.assigner = box_coder, assigner or ATSSAssigner(top_k)
         self.cls_loss = cls_loss
         self.beta, self.cls_weight, self.giou_weight, self.l1_weight = beta, cls_weight, giou_weight, l1_weight
@@ -84,7 +99,9 @@ class RetinaPlusCriterion:
         if self.cls_loss is not None:
             loss_cls = self.cls_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten()) / num_pos
         else:
-            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / num_pos
+            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta)
+            loss_cls = loss_cls / (dynamic_normalizer(cls.flatten(0, 1), labels.flatten(), self.beta)
+                                   if self.dynamic_norm else num_pos)
 
         zero = deltas.sum() * 0.0
         if pos_anchor.numel() == 0:
