@@ -16,6 +16,7 @@ from .up_cutmix import cutmix_mixup_to_batch_fn
 from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
+from .up_multitask import translate_multitask
 from .up_trainer_defaults import apply_up_trainer_defaults
 
 UP_DEFAULT_SEED = 131  # UP's runner: runtime.random_seed defaults to 131
@@ -96,7 +97,7 @@ def trainer_defaults(cfg, notes):
     notes.extend(apply_up_trainer_defaults(cfg))
 
 
-UP_STEPS = [runtime_defaults, translate_distill, top_level_keys, trainer_defaults]
+UP_STEPS = [runtime_defaults, translate_multitask, translate_distill, top_level_keys, trainer_defaults]
 
 
 def file_digest(path):

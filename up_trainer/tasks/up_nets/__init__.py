@@ -46,7 +46,7 @@ PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
 PLUS_POSTS = ("retina_post", "retina_post_iou")
 ONENET_POST = "onenet_post"
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
-UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
+UP_ONLY_TYPES = set(("fpn_cls_head",) + CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
                     + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,))
 
 
@@ -160,6 +160,14 @@ def _shape(net_cfg, path):
 
 def build_up_net(net_cfg, path="net"):
     """The nn.Module for a UP net list (raises ConfigError on anything not mapped)."""
+    from .multitask_branches import is_multitask_net
+
+    if is_multitask_net(net_cfg):  # task branches in multitask_wrapper (multitask_net.py)
+        from .multitask_branches import stripped
+        from .multitask_net import build_multitask_net
+
+        _check_entries([stripped(e) if isinstance(e, dict) else e for e in net_cfg], path)
+        return build_multitask_net(net_cfg, path)
     _check_entries(net_cfg, path)
     shape = _shape(net_cfg, path)
     if shape == "cls":

@@ -38,6 +38,20 @@ def quality_focal_loss(logits, labels, quality, beta=2.0):
     return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
 
 
+def dynamic_normalizer(logits, labels, gamma, alpha=0.5):
+    """UP's QFL ``dynamic_normalizer``: the class loss is divided by how much focal weight the
+    batch carries, alpha * sum((1 - p_pos)^gamma) + (1 - alpha) * sum(p_neg^gamma) over the
+    valid anchors (p: detached sigmoid scores; negatives: every class score but the positives'
+    own), at least 1, instead of by the positive count."""
+    p = logits.detach().float().sigmoid()
+    valid = labels >= 0
+    pos = (labels > 0).nonzero()[:, 0]
+    p_pos = p[pos, labels[pos] - 1]
+    pos_part = (1 - p_pos).pow(gamma).sum()
+    neg_part = p[valid].pow(gamma).sum() - p_pos.pow(gamma).sum()
+    return (alpha * pos_part + (1 - alpha) * neg_part).clamp(min=1)
+
+
 class RetinaPlusCriterion:
     """Losses of one batch (anchors assigned by ATSS, or by ``assigner``). ``outputs``: cls
     [N, A, C], deltas [N, A, 4] and, with the IoU branch, iou [N, A] (logits);
@@ -45,13 +59,14 @@ class RetinaPlusCriterion:
     ``image_sizes``: [(h, w)]. Returns {loss_cls, loss_loc[, loss_iou]}."""
 
     def __init__(self, box_coder, top_k=9, beta=2.0, cls_weight=1.0, giou_weight=1.0, l1_weight=0.0,
-                 iou_branch=False, iou_branch_weight=1.0, assigner=None, cls_loss=None):
+                 iou_branch=False, iou_branch_weight=1.0, assigner=None, cls_loss=None, dynamic_norm=False):
         """``cls_loss``: a module taking (logits [K, C], labels [K], IoU targets [K]) and returning
         the summed class loss (:class:`.efl.EqualizedFocalLoss`) in place of QFL."""
         self.box_coder, self.assigner = box_coder, assigner or ATSSAssigner(top_k)
         self.cls_loss = cls_loss
         self.beta, self.cls_weight, self.giou_weight, self.l1_weight = beta, cls_weight, giou_weight, l1_weight
         self.iou_branch, self.iou_branch_weight = iou_branch, iou_branch_weight
+        self.dynamic_norm = dynamic_norm  # UP's QFL dynamic_normalizer (see dynamic_normalizer)
 
     def __call__(self, outputs, anchors_per_level, targets, image_sizes):
         anchors = torch.cat(list(anchors_per_level))
@@ -84,7 +99,9 @@ class RetinaPlusCriterion:
         if self.cls_loss is not None:
             loss_cls = self.cls_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten()) / num_pos
         else:
-            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / num_pos
+            normalizer = dynamic_normalizer(cls.flatten(0, 1), labels.flatten(), self.beta) if self.dynamic_norm \
+                else num_pos
+            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / normalizer
 
         zero = deltas.sum() * 0.0
         if pos_anchor.numel() == 0:
