@@ -19,9 +19,9 @@ def wrapper_idxs(entry, path):
         raise ConfigError(wpath, "expected one {type: multitask_wrapper, kwargs: {cfg: {idxs}}}")
     wrapper = wrappers[0]
     if wrapper.get("type") != WRAPPER:
-        raise ConfigError(join_path(wpath, "0.type"), f"UP's module wrapper {wrapper.get('type')!r} (quantization, "
+        raise ConfigError(join_path(join_path(wpath, 0), "type"), f"UP's module wrapper {wrapper.get('type')!r} (quantization, "
                           "sparsity, distillation) is not mapped", f"{WRAPPER} (multitask heads) is")
-    opts = Options(wrapper.get("kwargs"), join_path(wpath, "0.kwargs"), WRAPPER)
+    opts = Options(wrapper.get("kwargs"), join_path(join_path(wpath, 0), "kwargs"), WRAPPER)
     cfg = Options(opts.take("cfg", {}, types=dict), opts.at("cfg"), WRAPPER)
     opts.done()
     idxs = cfg.take("idxs", [], types=list, check=lambda v: None if all(
