@@ -169,6 +169,11 @@ def build_up_net(net_cfg, path="net"):
         _check_entries([stripped(e) if isinstance(e, dict) else e for e in net_cfg], path)
         return build_multitask_net(net_cfg, path)
     _check_entries(net_cfg, path)
+    for i, entry in enumerate(net_cfg):
+        if entry["type"] == "fpn_cls_head":
+            raise ConfigError(join_path(join_path(path, i), "type"), "fpn_cls_head is UP's classification head on FPN "
+                              "levels, mapped in a multitask net only", "wrap the task heads in multitask_wrapper "
+                              "(docs/up/multitask.rst), or use base_cls_head")
     shape = _shape(net_cfg, path)
     if shape == "cls":
         from .cls import build_classifier
