@@ -158,6 +158,7 @@ class RunsTasks(Protocol):
     """A net with a head per task (tasks/up_nets/multitask_net.py): which heads each task runs."""
 
     head_names: list
+    norm_task_count: Any  # the fewest tasks a per-task norm (task_sync_bn) keeps statistics for; None: none
 
     def use_tasks(self, names: list, heads: list, loss_weights: list) -> None: ...
     def set_task(self, idx: int) -> None: ...

@@ -137,7 +137,7 @@ def branch_tasks(net):
     """[(branch name, idxs)] of a net list's multitask_wrapper branches, or None without any."""
     if not isinstance(net, list):
         return None
-    from ..tasks.up_nets.multitask_branches import is_multitask_net, split_branches
+    from .up_multitask_branches import is_multitask_net, split_branches
 
     if not is_multitask_net(net):
         return None

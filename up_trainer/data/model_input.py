@@ -33,8 +33,8 @@ import torch
 
 from . import buffer_pool
 from .context import DataContext
-from ..multitask.batches import TaskBatches
 from .device import to_device
+from .task_batches import TaskBatches
 
 def _divisor_of(scale):
     """1 / scale, snapped to the integer it is meant to be (1 / (1 / 255) must divide by 255.0

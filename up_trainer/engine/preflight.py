@@ -114,4 +114,4 @@ def check_buildable(cfg):
         if cfg.get("multitask") is not None:  # tasks, their data sections and the net's heads
             from ..multitask import check_multitask
 
-            check_multitask(cfg)
+            check_multitask(cfg, check_dataset)

@@ -53,25 +53,23 @@ def _check_best_hook(cfg, tasks):
 def _check_net(model, tasks):
     """The net's heads for each task (names), its task norms' task count and world size."""
     from ..protocols import RunsTasks
-    from ..tasks.up_nets.task_norm import TaskBatchNorm2d
 
     if not isinstance(model, RunsTasks):
         raise ConfigError("net", "the net has no task heads: a multitask run needs a net with a head per task",
                           "UP's form: heads wrapped in multitask_wrapper (docs/up/multitask.rst)")
     heads = resolve_heads(tasks, model.head_names)
-    counts = {m.task_num for m in model.modules() if isinstance(m, TaskBatchNorm2d)}
-    if counts and min(counts) < len(tasks):
-        raise ConfigError("net", f"task_sync_bn keeps statistics for {min(counts)} task(s) (its task_num) but "
+    count = model.norm_task_count
+    if count is not None and count < len(tasks):
+        raise ConfigError("net", f"task_sync_bn keeps statistics for {count} task(s) (its task_num) but "
                           f"multitask has {len(tasks)}", f"set task_num: {len(tasks)} in the norm's kwargs")
     return heads
 
 
-def check_multitask(cfg):
-    """``up config``: the section, its data sections and evaluators, the net's heads (on the
-    meta device), without reading data."""
+def check_multitask(cfg, check_dataset):
+    """``up config``: the section, its data sections (``check_dataset(entry, path)``) and
+    evaluators, the net's heads (on the meta device), without reading data."""
     import torch
 
-    from ..engine.preflight import check_dataset
     from ..registry import EVALUATORS
     from ..tasks.net import build_model
 
@@ -112,19 +110,18 @@ def _check_classes(model, task, heads, dataset, path):
                               f"classes but {path} (task {task.name}) has {held}", f"set it to {held}")
 
 
-def attach_tasks(cfg, model, loaders, evaluator, schedule, context, dist, training):
-    """(loaders, evaluator) of a multitask run; the net is set to its tasks' heads."""
+def attach_tasks(cfg, model, loaders, evaluator, schedule, context, dist, training, build_dataset):
+    """(loaders, evaluator) of a multitask run; the net is set to its tasks' heads. The data
+    sections are built with ``build_dataset(entry, path, context)`` (the builder's)."""
     from ..data.validation import require_training_data
     from .evaluation import MultiTaskEvaluator, TaskEvaluation
     from .loaders import MultiTaskLoaders, TaskData, task_factory
-    from ..engine.builder import build_dataset
-    from ..tasks.up_nets.task_norm import TaskBatchNorm2d
 
     tasks, sections = read_tasks(cfg)
     _check_roles(tasks)
     _check_best_hook(cfg, tasks)
     heads = _check_net(model, tasks)
-    if dist.world_size > 1 and any(isinstance(m, TaskBatchNorm2d) for m in model.modules()):
+    if dist.world_size > 1 and model.norm_task_count is not None:
         raise ConfigError("net", "task_sync_bn on several processes is not built: its per-task statistics would have "
                           "to be synchronised in per-task groups, and plain SyncBatchNorm would mix the tasks'",
                           "train on one process, or use sync_bn (statistics shared by the tasks)")

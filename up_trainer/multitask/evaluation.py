@@ -13,6 +13,8 @@ import os
 
 import torch
 
+from ..atomic import write_text
+
 log = logging.getLogger("up")
 
 
@@ -68,5 +70,4 @@ class MultiTaskEvaluator:
             os.makedirs(os.path.dirname(task_path), exist_ok=True)
             ev.evaluator.write_results(results[ev.task.name], task_path)
             lines.append(json.dumps({"task": ev.task.name, "results": os.path.join(ev.task.name, "results.jsonl")}))
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in lines))
+        write_text(path, "".join(line + "\n" for line in lines))

@@ -9,7 +9,7 @@ batch p % n of a task with n batches per pass), so a resumed run continues every
 exactly where it stopped, with nothing extra in the checkpoint.
 """
 from ..data.loader import LoaderFactory
-from .batches import TaskBatches
+from ..data.task_batches import TaskBatches
 
 
 class TaskData:

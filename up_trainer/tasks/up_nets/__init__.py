@@ -160,10 +160,10 @@ def _shape(net_cfg, path):
 
 def build_up_net(net_cfg, path="net"):
     """The nn.Module for a UP net list (raises ConfigError on anything not mapped)."""
-    from .multitask_branches import is_multitask_net
+    from ...config.up_multitask_branches import is_multitask_net
 
     if is_multitask_net(net_cfg):  # task branches in multitask_wrapper (multitask_net.py)
-        from .multitask_branches import stripped
+        from ...config.up_multitask_branches import stripped
         from .multitask_net import build_multitask_net
 
         _check_entries([stripped(e) if isinstance(e, dict) else e for e in net_cfg], path)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError, join_path
-from .multitask_branches import split_branches, stripped
+from ...config.up_multitask_branches import split_branches, stripped
 
 CLS_BRANCH = ("fpn_cls_head", "base_cls_postprocess")
 
@@ -85,6 +85,10 @@ class MultiTaskNet(nn.Module):
         self.num_classes = detector.num_classes  # the detection data's classes are checked against it
         self.task_names, self.task_heads, self.loss_weights = ["default"], [list(self.head_names)], [1.0]
         self.task_idx = 0
+        from .task_norm import TaskBatchNorm2d
+
+        counts = [m.task_num for m in self.modules() if isinstance(m, TaskBatchNorm2d)]
+        self.norm_task_count = min(counts) if counts else None
 
     def use_tasks(self, names, heads, loss_weights):
         """Task i (named names[i]) runs the branches heads[i]; its losses are scaled by loss_weights[i]."""
@@ -103,7 +107,7 @@ class MultiTaskNet(nn.Module):
         return self.detector.translate_up_weights(state)
 
     def forward(self, batch):
-        from ...multitask.batches import TaskBatches
+        from ...data.task_batches import TaskBatches
 
         self.detector.training = self.training  # its forward reads its own flag
         if not isinstance(batch, TaskBatches):
@@ -138,12 +142,12 @@ def build_multitask_net(net_cfg, path):
     from .atss_net import build_retina_plus_net
     from .cls import build_postprocess
     from .options import entry_options
-    from . import PLUS_HEADS, PLUS_POSTS
+    from .atss_net import HEADS, POSTS
 
     shared, branches = split_branches(net_cfg, path)
     types = [e["type"] for e in net_cfg]
-    det = [b for b in branches if types[b[1][0]] in PLUS_HEADS]
-    if shared != [0, 1] or types[1] != "FPN" or len(det) != 1 or det[0][1] != [2, 3] or types[3] not in PLUS_POSTS:
+    det = [b for b in branches if types[b[1][0]] in HEADS and types[b[1][0]] != "RetinaSubNet"]
+    if shared != [0, 1] or types[1] != "FPN" or len(det) != 1 or det[0][1] != [2, 3] or types[3] not in POSTS:
         raise ConfigError(path, f"the UP multitask parts {' + '.join(types)} do not form a mapped net",
                           "mapped: resnet + FPN + an ATSS branch (RetinaHeadWithBN|... + retina_post|retina_post_iou "
                           "in multitask_wrapper) + fpn_cls_head + base_cls_postprocess branches")

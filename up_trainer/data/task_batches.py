@@ -3,4 +3,5 @@
 
 class TaskBatches(list):
     """Task i's batch at index i. :func:`up_trainer.data.model_input.batch_to_model` moves and
-    converts each; a multitask net runs each task on its own (tasks/up_nets/multitask_net.py)."""
+    converts each; a multitask net runs each task on its own (tasks/up_nets/multitask_net.py).
+    Built by the multitask loaders (up_trainer/multitask/loaders.py)."""

@@ -1,10 +1,9 @@
 """Which entries of a UP net list form the task branches of a multitask net: the entries
 wrapped in UP's ``multitask_wrapper``, with the task indices (``idxs``) each runs for. Read by
-the net builder (multitask_net.py) and the config translation (config/up_multitask.py), so no
-torch import here.
+the net builder (tasks/up_nets/multitask_net.py) and the config translation (up_multitask.py),
+so no torch import here.
 """
-from ...errors import ConfigError, join_path
-from .options import Options
+from ..errors import ConfigError, did_you_mean, join_path
 
 WRAPPER = "multitask_wrapper"
 
@@ -19,17 +18,35 @@ def wrapper_idxs(entry, path):
         raise ConfigError(wpath, "expected one {type: multitask_wrapper, kwargs: {cfg: {idxs}}}")
     wrapper = wrappers[0]
     if wrapper.get("type") != WRAPPER:
-        raise ConfigError(join_path(join_path(wpath, 0), "type"), f"UP's module wrapper {wrapper.get('type')!r} (quantization, "
-                          "sparsity, distillation) is not mapped", f"{WRAPPER} (multitask heads) is")
-    opts = Options(wrapper.get("kwargs"), join_path(join_path(wpath, 0), "kwargs"), WRAPPER)
-    cfg = Options(opts.take("cfg", {}, types=dict), opts.at("cfg"), WRAPPER)
-    opts.done()
-    idxs = cfg.take("idxs", [], types=list, check=lambda v: None if all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v) else "expected task indices >= 0")
-    cfg.ignore("debug", "UP's per-forward log lines")
-    cfg.take("add_prefix", "", types=str, only="", why="module prefixes are UP's log labels")
-    cfg.done()
+        raise ConfigError(join_path(join_path(wpath, 0), "type"), f"UP's module wrapper {wrapper.get('type')!r} "
+                          "(quantization, sparsity, distillation) is not mapped", f"{WRAPPER} (multitask heads) is")
+    kpath = join_path(join_path(wpath, 0), "kwargs")
+    _known(wrapper, ("type", "kwargs"), join_path(wpath, 0))
+    kwargs = _mapping(wrapper.get("kwargs") or {}, kpath)
+    _known(kwargs, ("cfg",), kpath)
+    cpath = join_path(kpath, "cfg")
+    cfg = _mapping(kwargs.get("cfg") or {}, cpath)
+    _known(cfg, ("idxs", "debug", "add_prefix"), cpath)  # debug: UP's per-forward log lines, not written
+    if cfg.get("add_prefix"):
+        raise ConfigError(join_path(cpath, "add_prefix"), "module prefixes are UP's log labels; not mapped",
+                          "leave it out")
+    idxs = cfg.get("idxs", [])
+    if not isinstance(idxs, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in idxs):
+        raise ConfigError(join_path(cpath, "idxs"), f"expected task indices >= 0, got {idxs!r}")
     return list(idxs)
+
+
+def _mapping(value, path):
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _known(mapping, keys, path):
+    for key in mapping:
+        if key not in keys:
+            raise ConfigError(join_path(path, key), f"is not read by UP's {WRAPPER}",
+                              did_you_mean(key, keys) or f"it reads {', '.join(keys)}")
 
 
 def is_multitask_net(net_cfg):
