@@ -70,3 +70,20 @@ def test_a_negative_task_index_in_a_multitask_wrapper(tmp_path):
 ])
 def test_up_multitask_cfg_misfits(opt, fragments):
     assert_one_line(invoke(["config", "--config", UP_FILE, "--opts", opt]), *fragments)
+
+
+def test_a_task_whose_data_fills_no_batch(tmp_path):
+    import test_up_configs
+
+    class Factory:  # the module-scoped fixture's data, made here for this one case
+        def mktemp(self, name):
+            path = tmp_path / name
+            path.mkdir()
+            return path
+
+    data = test_up_configs.up_data.__wrapped__(Factory())
+    cfg = multitask_cfg(data)
+    cfg["multitask"]["datasets"]["train_cls"].update(batch_size=50, drop_last=True)
+    res = invoke(["train", "--config", write_yaml(tmp_path / "mt.yaml", cfg), "--work-dir", str(tmp_path / "run"),
+                  "--device", "cpu"])
+    assert_one_line(res, "multitask.datasets.train_cls.batch_size: 12 samples over 1 process(es) fill no batch of 50")

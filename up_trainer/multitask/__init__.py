@@ -147,6 +147,10 @@ def attach_tasks(cfg, model, loaders, evaluator, schedule, context, dist, traini
             _check_classes(model, task, task_heads, data, section_path(task.train))
             train_factory = task_factory(ds_cfg, sections[task.train], data, seed + task.index, dist, context, True)
             train_factory.follow(schedule)
+            if train_factory.epoch_len() == 0:  # nothing to cycle through: refused before the first step
+                raise ConfigError(join_path(section_path(task.train), "batch_size"), f"{len(data)} samples over "
+                                  f"{dist.world_size} process(es) fill no batch of {train_factory.cfg['batch_size']} "
+                                  "with drop_last", "lower batch_size or drop_last: false")
         if task.test is not None:
             data = dataset(task.test)
             if task.test == "test":
