@@ -144,3 +144,85 @@ def test_task_norm_on_several_processes_is_refused_naming_it(data):
     two = types.SimpleNamespace(world_size=2, rank=0)
     with pytest.raises(ConfigError, match=r"^net: task_sync_bn on several processes is not built"):
         attach_tasks(cfg, model, None, None, None, None, two, True, None)
+
+
+def test_task_norm_keeps_running_statistics_per_task():
+    from up_trainer.tasks.up_nets.task_norm import TaskBatchNorm2d
+
+    torch.manual_seed(0)
+    bn = TaskBatchNorm2d(3, task_num=2)
+    with torch.no_grad():
+        bn.running_mean.fill_(0.5)  # as loaded from pretrained weights: task 1 starts from them
+    x = torch.randn(4, 3, 5, 5) + 2
+    bn.set_task(1)
+    bn(x)
+    assert torch.equal(bn.running_mean, torch.full((3,), 0.5))  # task 0's statistics untouched
+    assert torch.allclose(bn.task1_running_mean, 0.9 * 0.5 + 0.1 * x.mean((0, 2, 3)))
+    bn.eval()
+    bn.set_task(0)
+    y0 = bn(x)
+    bn.set_task(1)
+    assert not torch.allclose(y0, bn(x))  # evaluation normalises with the task's own statistics
+    with pytest.raises(IndexError):
+        bn.set_task(2)
+
+
+def test_dynamic_normalizer_is_ups_focal_weight_of_the_batch():
+    from up_trainer.tasks.det.atss.losses import dynamic_normalizer
+
+    logits = torch.tensor([[2.0, -1.0], [0.5, 0.0], [-3.0, 1.0], [0.0, 0.0]])
+    labels = torch.tensor([1, 0, 2, -1])  # two positives (classes 1, 2), one negative, one ignored
+    p = logits.sigmoid()
+    pos = (1 - p[0, 0]) ** 2 + (1 - p[2, 1]) ** 2
+    neg = (p[:3] ** 2).sum() - p[0, 0] ** 2 - p[2, 1] ** 2
+    assert torch.allclose(dynamic_normalizer(logits, labels, 2.0), (0.5 * pos + 0.5 * neg).clamp(min=1))
+    assert dynamic_normalizer(torch.full((2, 2), -9.0), torch.tensor([0, 0]), 2.0) == 1  # at least 1
+
+
+def test_deconv_fpn_doubles_each_level_with_one_transposed_conv():
+    from collections import OrderedDict
+
+    from up_trainer.tasks.up_nets.deconv_fpn import DeconvFPN
+
+    fpn = DeconvFPN([8, 16], 4)
+    out = fpn(OrderedDict([("0", torch.randn(1, 8, 8, 8)), ("1", torch.randn(1, 16, 4, 4))]))
+    assert [tuple(v.shape) for v in out.values()] == [(1, 4, 8, 8), (1, 4, 4, 4)]
+    assert {k for k in fpn.state_dict() if k.startswith("deconv.")} == {"deconv.weight", "deconv.bias"}
+    with pytest.raises(ValueError, match="alignment"):
+        fpn(OrderedDict([("0", torch.randn(1, 8, 7, 7)), ("1", torch.randn(1, 16, 4, 4))]))
+
+
+class _Numbers(torch.utils.data.Dataset):
+    def __init__(self, n, base):
+        self.n, self.base = n, base
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.tensor(self.base + i)
+
+
+def test_each_task_s_data_continues_from_the_step_number_alone():
+    """dataset.train (6 samples, batch 2: 3 steps an epoch) sets the epoch; a task with 10
+    samples in batches of 4 (3 batches a pass) starts a new, reshuffled pass when it runs out;
+    a loader started mid-run (a resume) yields what the uninterrupted one does from there."""
+    from conftest import loader_cfg
+    from up_trainer.data.loader import LoaderFactory
+    from up_trainer.multitask.loaders import MultiTaskLoaders, TaskData
+
+    def loaders():
+        main = LoaderFactory(loader_cfg(batch_size=2), _Numbers(6, 0), None, seed=3)
+        task = LoaderFactory(loader_cfg(batch_size=4), _Numbers(10, 100), None, seed=4)
+        return MultiTaskLoaders(main, [TaskData("det", None, None), TaskData("cls", task, None)])
+
+    def steps(mt, epoch, start=0):
+        return [[b.tolist() for b in batches] for batches in mt.train_loader(epoch, start_batch=start)]
+
+    mt = loaders()
+    straight = steps(mt, 1) + steps(mt, 2) + steps(mt, 3)
+    assert len(straight) == 9
+    passes = [sorted(sum((s[1] for s in straight[i:i + 3]), [])) for i in (0, 3, 6)]
+    assert passes == [list(range(100, 110))] * 3  # every pass sees each sample once
+    assert straight[0][1] != straight[3][1]  # and in a new order
+    assert steps(loaders(), 2, start=1) + steps(loaders(), 3) == straight[4:]
