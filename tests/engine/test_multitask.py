@@ -36,10 +36,12 @@ def multitask_cfg(data, **overrides):
                 {"type": "keep_ar_resize", "kwargs": {"scales": [64], "max_size": 96}}] + PIXELS}}
 
     def cls(sub, train):
-        steps = ([{"type": "torch_random_resized_crop", "kwargs": {"size": 32}}, {"type": "torch_random_horizontal_flip"}]
-                 if train else [{"type": "torch_resize", "kwargs": {"size": 32}}])
-        return {"type": "cls", "kwargs": {"meta_file": f"{data['root']}/{sub}.txt", "image_reader": {
-            "type": "fs_pillow", "kwargs": {"image_dir": f"{data['root']}/images/{sub}"}}, "transformer": steps + PIXELS}}
+        steps = [{"type": "torch_resize", "kwargs": {"size": 32}}]
+        if train:
+            steps = [{"type": "torch_random_resized_crop", "kwargs": {"size": 32}}, {"type": "torch_random_horizontal_flip"}]
+        reader = {"type": "fs_pillow", "kwargs": {"image_dir": f"{data['root']}/images/{sub}"}}
+        return {"type": "cls", "kwargs": {"meta_file": f"{data['root']}/{sub}.txt", "image_reader": reader,
+                                          "transformer": steps + PIXELS}}
 
     cfg = {
         "runtime": {"seed": 7},

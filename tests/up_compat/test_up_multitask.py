@@ -56,7 +56,8 @@ def test_multitask_file_passes_up_config_unchanged(rel):
     if len(tasks) == 2:  # the classification task's data sections moved beside the tasks
         assert tasks[1] == {"name": "cls", "train": "train_cls", "test": "test_cls", "heads": ["cls_head"]}
         test_cls = resolved["multitask"]["datasets"]["test_cls"]
-        assert test_cls["evaluator"] == {"type": "imagenet", "kwargs": {"topk": [1, 5]}} and test_cls["batch_size"] == 128
+        assert test_cls["evaluator"] == {"type": "imagenet", "kwargs": {"topk": [1, 5]}}
+        assert test_cls["batch_size"] == 128
     else:
         assert resolved["multitask"]["datasets"] == {}
 

@@ -25,8 +25,8 @@ def section_path(name):
 def _check_roles(tasks):
     for task in tasks:
         if task.train == "test":
-            raise ConfigError(join_path(task.path, "train"), "dataset.test is evaluation data", "train on dataset.train "
-                              "or a section of multitask.datasets")
+            raise ConfigError(join_path(task.path, "train"), "dataset.test is evaluation data",
+                              "train on dataset.train or a section of multitask.datasets")
         if task.test == "train":
             raise ConfigError(join_path(task.path, "test"), "dataset.train is training data", "evaluate on "
                               "dataset.test or a section of multitask.datasets")

@@ -55,9 +55,10 @@ def read_fpn(opts, trunk, norm_ok=False):
     init = read_initializer(opts)
     opts.done()
     extra = UPExtraLevels(num_level - len(inplanes), downsample, out, use_p5)
+    fpn_class = FeaturePyramidNetwork
     if upsample == "deconv":
-        from .deconv_fpn import DeconvFPN as FeaturePyramidNetwork  # noqa: F811
-    fpn = FeaturePyramidNetwork(inplanes, out, extra_blocks=extra, norm_layer=norm)
+        from .deconv_fpn import DeconvFPN as fpn_class
+    fpn = fpn_class(inplanes, out, extra_blocks=extra, norm_layer=norm)
     extra.attach(fpn)
     initialize(fpn, init)
     fpn.up_start_level, fpn.out_channels = start, out
