@@ -38,7 +38,8 @@ def multitask_cfg(data, **overrides):
     def cls(sub, train):
         steps = [{"type": "torch_resize", "kwargs": {"size": 32}}]
         if train:
-            steps = [{"type": "torch_random_resized_crop", "kwargs": {"size": 32}}, {"type": "torch_random_horizontal_flip"}]
+            steps = [{"type": "torch_random_resized_crop", "kwargs": {"size": 32}},
+                     {"type": "torch_random_horizontal_flip"}]
         reader = {"type": "fs_pillow", "kwargs": {"image_dir": f"{data['root']}/images/{sub}"}}
         return {"type": "cls", "kwargs": {"meta_file": f"{data['root']}/{sub}.txt", "image_reader": reader,
                                           "transformer": steps + PIXELS}}
