@@ -154,6 +154,24 @@ class LoadsFiles(Protocol):
 
 
 @runtime_checkable
+class RunsTasks(Protocol):
+    """A net with a head per task (tasks/up_nets/multitask_net.py): which heads each task runs."""
+
+    head_names: list
+    norm_task_count: Any  # the fewest tasks a per-task norm (task_sync_bn) keeps statistics for; None: none
+
+    def use_tasks(self, names: list, heads: list, loss_weights: list) -> None: ...
+    def set_task(self, idx: int) -> None: ...
+
+
+@runtime_checkable
+class EvaluatesTasks(Protocol):
+    """A multitask run's evaluator: each task on its own data (multitask/evaluation.py)."""
+
+    def evaluate_tasks(self, trainer: Any, main_loaders: Any, max_batches: Any = None) -> Any: ...
+
+
+@runtime_checkable
 class WritesInsight(Protocol):
     """An evaluator that writes where the model fails (the eval_insight hook, ``up eval --insight``)."""
 

@@ -24,8 +24,6 @@ REFUSED = {
     'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_multi_jobs_multi_teacheres.yaml': "mimic.mimic_job0.mimic_ins_type: UP's FRS mimic",
     'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_sample_feature_mimic.yaml': "mimic.mimic_ins_type: UP's SampleFeature mimic",
     # -- multitask --
-    'multitask/r50-retina-atss-qfl+cls.yaml': "runtime.runner.type: UP's 'multitask' runner is not mapped",
-    'multitask/r50-retina-atss-qfl.yaml': "runtime.runner.type: UP's 'multitask' runner is not mapped",
     # -- nas --
     'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",

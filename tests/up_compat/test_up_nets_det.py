@@ -181,7 +181,7 @@ def _edit(net, index, path, value):
 
 
 @pytest.mark.parametrize("name, index, path, value, message", [
-    (RETINA, 1, "upsample", "bilinear", "net[1].kwargs.upsample: 'bilinear' is not supported for UP's FPN"),
+    (RETINA, 1, "upsample", "bilinear", "net[1].kwargs.upsample: expected nearest or deconv"),
     (RETINA, 3, "cfg.cls_loss.type", "quality_focal_loss",
      "net[3].kwargs.cfg.cls_loss.type: UP classification loss 'quality_focal_loss' is not mapped here"),
     (RETINA, 3, "cfg.roi_supervisor.kwargs.matcher.kwargs.positive_iou", 0.5,

@@ -11,10 +11,17 @@ Such a key is not a section; once the aliases are resolved it has done its job. 
 are is decided from the YAML event stream, not from the parsed dict: a top-level value node that
 carries an anchor aliased somewhere else in the file. A top-level key with no anchor, or whose
 anchor nothing aliases, stays in the config and meets the usual "unknown section" check.
+
+UP's multitask files also group anchored values under a few top-level keys (``augs: {det: {flip:
+&flip {...}}}``, ``settings``, ``norms``); those keys, named in :data:`ANCHOR_GROUPS`, count as
+anchor holders when something inside them is aliased. Only these names: a key UP's runners
+read (``multitask_cfg``, ``mimic``) holds anchors too and must never be dropped.
 """
 import yaml
 from yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, MappingStartEvent, NodeEvent,
                          ScalarEvent)
+
+ANCHOR_GROUPS = ("augs", "settings", "norms")
 
 
 def anchor_only_keys(text):
@@ -46,6 +53,9 @@ def anchor_only_keys(text):
                 elif key is not None and not isinstance(event, AliasEvent) and event.anchor:
                     anchored[event.anchor] = key
                 expecting_key = not expecting_key
+            elif depth > 1 and top_is_mapping and key in ANCHOR_GROUPS and not isinstance(event, AliasEvent) \
+                    and event.anchor:
+                anchored.setdefault(event.anchor, key)
             if isinstance(event, CollectionStartEvent):
                 depth += 1
     except yaml.YAMLError:

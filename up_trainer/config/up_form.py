@@ -17,6 +17,7 @@ from .up_bignas import translate_bignas
 from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
+from .up_multitask import translate_multitask
 from .up_ssl import translate_ssl
 from .up_trainer_defaults import apply_up_trainer_defaults
 
@@ -98,7 +99,8 @@ def trainer_defaults(cfg, notes):
     notes.extend(apply_up_trainer_defaults(cfg))
 
 
-UP_STEPS = [runtime_defaults, translate_bignas, translate_distill, translate_ssl, top_level_keys, trainer_defaults]
+UP_STEPS = [runtime_defaults, translate_multitask, translate_bignas, translate_distill, translate_ssl, top_level_keys,
+            trainer_defaults]
 
 
 def file_digest(path):

@@ -34,6 +34,7 @@ import torch
 from . import buffer_pool
 from .context import DataContext
 from .device import to_device
+from .task_batches import TaskBatches
 
 def _divisor_of(scale):
     """1 / scale, snapped to the integer it is meant to be (1 / (1 / 255) must divide by 255.0
@@ -284,6 +285,8 @@ class FinalConversion:
 def batch_to_model(batch, device, memory_format=None, non_blocking=True):
     """``batch`` on ``device``, its images converted by the ModelInput it carries (if any), 4-D
     image batches laid out in ``memory_format``: the one call between a loader and a model."""
+    if isinstance(batch, TaskBatches):  # a multitask step: one batch per task
+        return TaskBatches(batch_to_model(b, device, memory_format, non_blocking) for b in batch)
     if not isinstance(batch, dict) or batch.get("model_input") is None:
         if isinstance(batch, dict) and "model_input" in batch:
             batch = {k: v for k, v in batch.items() if k != "model_input"}

@@ -182,6 +182,11 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         special_bn_init(model)
     model = prepare_model(model.to(device), rt)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
+    if cfg.get("multitask") is not None:  # several tasks on the net: their loaders and evaluators (multitask/)
+        from ..multitask import attach_tasks
+
+        loaders, evaluator = attach_tasks(cfg, model, loaders, evaluator, schedule, context, dist, training,
+                                          build_dataset)
     if with_optim and train_set is not None and cfg.get("distill") is not None:  # teachers hook the bare student (distill/)
         from ..distill import attach_distillation
 

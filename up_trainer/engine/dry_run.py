@@ -12,6 +12,7 @@ import time
 import torch
 
 from ..data.model_input import batch_to_model
+from ..protocols import EvaluatesTasks
 from .builder import resolve_path
 from .hooks import HookList
 
@@ -90,6 +91,12 @@ def _fmt_lr(optim):
 @torch.no_grad()
 def _evaluate(trainer, n_batches):
     trainer.model.eval()
+    if isinstance(trainer.evaluator, EvaluatesTasks):  # a multitask run: n_batches of each task
+        metrics, _ = trainer.evaluator.evaluate_tasks(trainer, trainer.loaders, n_batches)
+        log.info("dry run: evaluated up to %d batch(es) per task, metrics on them: %s", n_batches,
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
+                  if not str(k).startswith("all.")})
+        return
     trainer.evaluator.reset()
     seen = 0
     for i, batch in enumerate(trainer.loaders.test_loader()):

@@ -115,3 +115,7 @@ def check_buildable(cfg):
         if ds.get("batch_fn") is not None:
             BATCH_FNS.build(ds["batch_fn"], "dataset.batch_fn")
         check_net_and_optimization(cfg)
+        if cfg.get("multitask") is not None:  # tasks, their data sections and the net's heads
+            from ..multitask import check_multitask
+
+            check_multitask(cfg, check_dataset)

@@ -16,6 +16,7 @@ from ..data.model_input import batch_to_model
 from ..data.worker_death import worker_death
 from ..config.redact import redact
 from ..errors import CheckpointError, TrainingInterrupted
+from ..protocols import EvaluatesTasks
 from ..writers.run_files import storage_error
 from .checkpoint import LATEST, epoch_name, interrupt_name
 from .checkpoint_fit import check_resumable, describe_position
@@ -269,20 +270,31 @@ class Trainer:
         self.hooks.call("before_eval", self)
         was_training = self.model.training
         self.model.eval()
-        self.evaluator.reset()
-        for batch in self.loaders.test_loader():
-            batch = batch_to_model(batch, self.device, self.memory_format)
-            with self.optim.autocast() if self.optim else torch.autocast("cpu", enabled=False):
-                outputs = self.module(batch)
-            self.evaluator.process(batch, outputs)
-        results = self.dist.gather_results(self.evaluator.results())
-        metrics = self.evaluator.evaluate(results) if self.dist.is_main else {}
-        metrics = self.dist.broadcast_object(metrics)
+        if isinstance(self.evaluator, EvaluatesTasks):  # a multitask run: each task on its own data
+            metrics, results = self.evaluator.evaluate_tasks(self, self.loaders)
+        else:
+            metrics, results = self.evaluate_on(self.loaders.test_loader(), self.evaluator)
         self.state.metrics = metrics
         self.last_results = results
         self.model.train(was_training)
         self.hooks.call("after_eval", self, metrics)
         return metrics
+
+    @torch.no_grad()
+    def evaluate_on(self, loader, evaluator, max_batches=None):
+        """(metrics, gathered per-sample results) of ``evaluator`` over ``loader``'s batches
+        (the first ``max_batches`` of them when given: a dry run)."""
+        evaluator.reset()
+        for i, batch in enumerate(loader):
+            if i == max_batches:
+                break
+            batch = batch_to_model(batch, self.device, self.memory_format)
+            with self.optim.autocast() if self.optim else torch.autocast("cpu", enabled=False):
+                outputs = self.module(batch)
+            evaluator.process(batch, outputs)
+        results = self.dist.gather_results(evaluator.results())
+        metrics = evaluator.evaluate(results) if self.dist.is_main else {}
+        return self.dist.broadcast_object(metrics), results
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint_dict(self):

@@ -24,7 +24,7 @@ def best_name(task):
 class AutoSaveBestMultiTask(Hook):
     """Keep ckpt_best.{task}.pth per task, from the ``key.{task}*`` metric of each evaluation.
 
-    tasks: task names to track (default: runtime.task_names).
+    tasks: task names to track (default: the multitask section's evaluated tasks, else runtime.task_names).
     """
 
     priority = "LOW"
@@ -38,6 +38,8 @@ class AutoSaveBestMultiTask(Hook):
         self._warned = False
 
     def before_train(self, trainer):
+        if not self.tasks and trainer.cfg.get("multitask"):  # the evaluated tasks of the run
+            self.tasks = [t["name"] for t in trainer.cfg["multitask"]["tasks"] if t.get("test") is not None]
         if not self.tasks:
             names = trainer.cfg.get("runtime", {}).get("task_names")
             self.tasks = [names] if isinstance(names, str) else list(names or [])

@@ -274,9 +274,13 @@ class CocoDetection(DetDataset):
     def __init__(self, ann_file: Optional[str] = None, img_dir: str = "", transforms: Optional[list] = None,
                  on_bad_record: str = "error", skip_empty: bool = False, meta_file: Optional[str] = None,
                  image_reader: Optional[dict] = None, transformer: Optional[list] = None,
-                 source: Optional[str] = None, has_mask: bool = False, exif_transpose: Optional[bool] = None):
+                 source: Optional[str] = None, has_mask: bool = False, exif_transpose: Optional[bool] = None,
+                 has_semantic_seg: bool = False):
         if has_mask:
             raise ConfigError("has_mask", "instance masks are not loaded: boxes only", "has_mask: false")
+        if has_semantic_seg:  # UP's multitask files write it out as false
+            raise ConfigError("has_semantic_seg", "semantic segmentation maps are not loaded: boxes only",
+                              "has_semantic_seg: false")
         ann_file, transforms = up_spellings(ann_file, meta_file, transforms, transformer)
         self.reader = reader_of(image_reader, img_dir, exif_transpose)
         self.source = source  # UP: the data source's name; recorded only

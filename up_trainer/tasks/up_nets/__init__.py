@@ -48,8 +48,9 @@ ONENET_POST = "onenet_post"
 BIGNAS_PARTS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed BigNAS subnet
                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # and its supernet
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
-UP_ONLY_TYPES = set(CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS + PLUS_HEADS
-                    + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,) + BIGNAS_PARTS)
+UP_ONLY_TYPES = set(("fpn_cls_head",) + CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS
+                    + PLUS_HEADS + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,)
+                    + BIGNAS_PARTS)
 
 
 def _up_backbones():
@@ -168,7 +169,20 @@ def build_up_net(net_cfg, path="net"):
 
     if has_self_entry(net_cfg):  # UP's whole-model options (freeze_patterns): freeze.py
         return build_with_self_entry(net_cfg, path, build_up_net)
+    from ...config.up_multitask_branches import is_multitask_net
+
+    if is_multitask_net(net_cfg):  # task branches in multitask_wrapper (multitask_net.py)
+        from ...config.up_multitask_branches import stripped
+        from .multitask_net import build_multitask_net
+
+        _check_entries([stripped(e) if isinstance(e, dict) else e for e in net_cfg], path)
+        return build_multitask_net(net_cfg, path)
     _check_entries(net_cfg, path)
+    for i, entry in enumerate(net_cfg):
+        if entry["type"] == "fpn_cls_head":
+            raise ConfigError(join_path(join_path(path, i), "type"), "fpn_cls_head is UP's classification head on FPN "
+                              "levels, mapped in a multitask net only", "wrap the task heads in multitask_wrapper "
+                              "(docs/up/multitask.rst), or use base_cls_head")
     shape = _shape(net_cfg, path)
     if shape == "cls":
         from .cls import build_classifier

@@ -160,8 +160,8 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
         qfl.take("init_prior", 0.01, types=float)  # UP's loss does not read it: the head's init_prior sets the bias
         qfl.take("use_sigmoid", True, types=bool, only=True)
     qfl.take("ignore_index", -1, types=int, only=-1)
-    qfl.take("dynamic_normalizer", False, types=bool, only=False, why="the class loss is divided by the positive "
-             "count")
+    dynamic = qfl.take("dynamic_normalizer", False, types=bool, check=lambda v: None if not (v and efl) else
+                       "not mapped for the equalized losses (their normaliser is the positive count)")
     cls_weight = loss_weight(qfl)
     qfl.done()
     giou, l1 = _loc_terms(cfg)
@@ -190,7 +190,7 @@ def read_post(kind, opts, num_classes, iou_head, type_path):
     opts.done()
     return dict(beta=beta, cls_weight=cls_weight, giou_weight=giou, l1_weight=l1, iou_weight=iou_weight,
                 ratios=ratios, scales=scales, top_k=top_k, ota=ota, predictor=predictor, class_first=class_first,
-                efl=efl)
+                efl=efl, dynamic_norm=dynamic)
 
 
 def _efl(kind, kw, num_classes):
@@ -261,7 +261,7 @@ def build_retina_plus_net(net_cfg, path):
     assigner = None if post["ota"] is None else RetinaSimOTAAssigner(fpn.out_strides, *post["ota"])
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
                                     post["l1_weight"], head.iou_branch, post["iou_weight"], assigner,
-                                    cls_loss=efl_module(post, num_classes, levels))
+                                    cls_loss=efl_module(post, num_classes, levels), dynamic_norm=post["dynamic_norm"])
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     model = RetinaPlusModel(trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]),
                             fpn.out_strides, cells, class_first=post["class_first"])

@@ -180,21 +180,6 @@ def read_head(opts, fpn, levels, sizes=None):
     return build, num_classes, sync
 
 
-def _dynamic_normalizer(post_opts):
-    """UP's ``cls_loss.kwargs.dynamic_normalizer`` of the subnet file's QFL (taken out before
-    the shared ATSS reader, which refuses it for the files it maps)."""
-    loss = post_opts.kwargs.get("cfg", {}).get("cls_loss") if isinstance(post_opts.kwargs.get("cfg"), dict) else None
-    kwargs = loss.get("kwargs") if isinstance(loss, dict) else None
-    if not isinstance(kwargs, dict) or "dynamic_normalizer" not in kwargs:
-        return False
-    value = kwargs["dynamic_normalizer"]
-    if not isinstance(value, bool):
-        raise ConfigError(post_opts.at("cfg.cls_loss.kwargs.dynamic_normalizer"), f"expected a boolean, got {value!r}")
-    post_opts.kwargs["cfg"] = {**post_opts.kwargs["cfg"], "cls_loss": {
-        **loss, "kwargs": {k: v for k, v in kwargs.items() if k != "dynamic_normalizer"}}}
-    return value
-
-
 def build_bignas_net(net_cfg, path):
     from ..det.atss import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
     from .atss_net import read_post
@@ -218,14 +203,13 @@ def build_bignas_net(net_cfg, path):
     fpn = read_fpn(opts[1], trunk, sizes[1])
     levels = len(fpn.out_strides)
     build_head, num_classes, head_sync = read_head(opts[2], fpn, levels, sizes[2])
-    dynamic_norm = _dynamic_normalizer(opts[3])
     post = read_post("retina_post", opts[3], num_classes, False, join_path(join_path(path, 3), "type"))
     # UP's static head defaults to 9 anchors, which its own subnet file (2 anchors) cannot run
     # with: the count follows the anchor generator unless given
     head = build_head(len(post["ratios"]) * len(post["scales"]))
     coder = box_coder()
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
-                                    post["l1_weight"], dynamic_norm=dynamic_norm)
+                                    post["l1_weight"], dynamic_norm=post["dynamic_norm"])
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     parts = (trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]), fpn.out_strides, cells)
     if space is None:

@@ -42,7 +42,8 @@ def read_fpn(opts, trunk, norm_ok=False):
     opts.take("out_strides", types=list, only=want, why="the strides follow from the backbone's and num_level")
     downsample = opts.take("downsample", types=str, check=lambda v: None if v in ("pool", "conv") else
                            "expected pool or conv")
-    opts.take("upsample", "nearest", only="nearest", why="torchvision's FPN upsamples with nearest")
+    upsample = opts.take("upsample", "nearest", types=str, check=lambda v: None if v in ("nearest", "deconv") else
+                         "expected nearest or deconv (a 4x4 stride-2 transposed conv)")
     opts.take("align_corners", True, types=(bool, type(None)))  # no effect with nearest upsampling
     norm = None
     if norm_ok and opts.kwargs.get("normalize") is not None:
@@ -54,7 +55,10 @@ def read_fpn(opts, trunk, norm_ok=False):
     init = read_initializer(opts)
     opts.done()
     extra = UPExtraLevels(num_level - len(inplanes), downsample, out, use_p5)
-    fpn = FeaturePyramidNetwork(inplanes, out, extra_blocks=extra, norm_layer=norm)
+    fpn_class = FeaturePyramidNetwork
+    if upsample == "deconv":
+        from .deconv_fpn import DeconvFPN as fpn_class
+    fpn = fpn_class(inplanes, out, extra_blocks=extra, norm_layer=norm)
     extra.attach(fpn)
     initialize(fpn, init)
     fpn.up_start_level, fpn.out_channels = start, out

@@ -6,7 +6,7 @@ from torch import nn
 from ...errors import ConfigError
 from .options import Options, sub_options
 
-NORMS = ("solo_bn", "freeze_bn", "caffe_freeze_bn", "sync_bn", "pt_sync_bn", "link_sync_bn", "gn")
+NORMS = ("solo_bn", "freeze_bn", "caffe_freeze_bn", "sync_bn", "pt_sync_bn", "link_sync_bn", "gn", "task_sync_bn")
 
 
 class StatsFrozenBatchNorm2d(nn.BatchNorm2d):
@@ -30,6 +30,10 @@ def norm_layer(opts, default="solo_bn"):
         groups = kw.take("num_groups", types=int)
         kw.done()
         return partial(nn.GroupNorm, groups), None
+    if kind == "task_sync_bn":  # UP's multitask norm: running statistics per task (tasks/up_nets/task_norm.py)
+        from .task_norm import read_task_norm
+
+        return read_task_norm(kw), None
     if kind == "caffe_freeze_bn":
         from torchvision.ops.misc import FrozenBatchNorm2d
 

@@ -52,7 +52,8 @@ def retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes,
     coder = box_coder()
     criterion = RetinaPlusCriterion(coder, post["top_k"], post["beta"], post["cls_weight"], post["giou_weight"],
                                     post["l1_weight"], True, post["iou_weight"],
-                                    cls_loss=efl_module(post, num_classes, len(strides)))
+                                    cls_loss=efl_module(post, num_classes, len(strides)),
+                                    dynamic_norm=post["dynamic_norm"])
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in strides]
     mean, std = PIXELS_255
     model = (model_class or RetinaPlusModel)(backbone, neck, head, criterion,

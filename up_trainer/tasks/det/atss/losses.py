@@ -38,17 +38,18 @@ def quality_focal_loss(logits, labels, quality, beta=2.0):
     return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
 
 
-def dynamic_normalizer(logits, labels, beta, alpha=0.5):
-    """UP's ``dynamic_normalizer`` of the class loss (in place of the positive count): the
-    detached modulating factors summed, ``alpha * sum (1 - p)^beta`` over the positives at their
-    class plus ``(1 - alpha) * sum p^beta`` over every other logit of the non-ignored anchors,
-    at least 1."""
-    p = logits.detach().sigmoid()
-    keep = labels >= 0
+def dynamic_normalizer(logits, labels, gamma, alpha=0.5):
+    """UP's QFL ``dynamic_normalizer``: the class loss is divided by how much focal weight the
+    batch carries, alpha * sum((1 - p_pos)^gamma) + (1 - alpha) * sum(p_neg^gamma) over the
+    valid anchors (p: detached sigmoid scores; negatives: every class score but the positives'
+    own), at least 1, instead of by the positive count."""
+    p = logits.detach().float().sigmoid()
+    valid = labels >= 0
     pos = (labels > 0).nonzero()[:, 0]
     p_pos = p[pos, labels[pos] - 1]
-    negative = p[keep].pow(beta).sum() - p_pos.pow(beta).sum()
-    return torch.clamp(alpha * (1 - p_pos).pow(beta).sum() + (1 - alpha) * negative, min=1.0)
+    pos_part = (1 - p_pos).pow(gamma).sum()
+    neg_part = p[valid].pow(gamma).sum() - p_pos.pow(gamma).sum()
+    return (alpha * pos_part + (1 - alpha) * neg_part).clamp(min=1)
 
 
 class RetinaPlusCriterion:
@@ -99,9 +100,9 @@ class RetinaPlusCriterion:
         if self.cls_loss is not None:
             loss_cls = self.cls_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten()) / num_pos
         else:
-            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta)
-            loss_cls = loss_cls / (dynamic_normalizer(cls.flatten(0, 1), labels.flatten(), self.beta)
-                                   if self.dynamic_norm else num_pos)
+            normalizer = dynamic_normalizer(cls.flatten(0, 1), labels.flatten(), self.beta) if self.dynamic_norm \
+                else num_pos
+            loss_cls = quality_focal_loss(cls.flatten(0, 1), labels.flatten(), scores.flatten(), self.beta) / normalizer
 
         zero = deltas.sum() * 0.0
         if pos_anchor.numel() == 0:
