@@ -9,7 +9,6 @@ _CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m, s
 REFUSED = {
     # -- classification backbones / heads ----------------------------------------------------
     "fpn_cls_head": ("classification head on FPN levels (multitask)", _CLS),
-    "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
     "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
     "ssl": ("self-supervised pre-training wrapper (MoCo, SimCLR, SimSiam, MAE)", "supervised training only"),
