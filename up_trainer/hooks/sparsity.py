@@ -73,6 +73,15 @@ class SparsityHook(Hook):
             self.stage = self.stage_at(trainer, trainer.state.iter)
             self._compute(trainer, "masks computed" if self.level() is None else f"level {self.level():g}")
 
+    def before_forward(self, trainer, iteration, batch):
+        # levels: the first iteration of a stage computes its masks from the weights trained so far,
+        # so each end-of-epoch evaluation and checkpoint holds the level that was trained
+        if self.masks is not None and self.spec.scheduler == "levels":
+            stage = self.stage_at(trainer, iteration - 1)
+            if stage > self.stage:
+                self.stage = stage
+                self._compute(trainer, f"level {self.level():g}")
+
     def before_step(self, trainer, iteration):
         if self.masks is not None:
             mask_gradients(self.layers(trainer), self.masks)
@@ -80,12 +89,7 @@ class SparsityHook(Hook):
     def after_update(self, trainer, iteration):
         if self.masks is None or not trainer.did_update:
             return
-        layers = self.layers(trainer)
-        apply_masks(layers, self.masks)
-        stage = self.stage_at(trainer, iteration)
-        if stage > self.stage and iteration < trainer.total_iters:
-            self.stage = stage
-            self._compute(trainer, f"level {self.level():g}")
+        apply_masks(self.layers(trainer), self.masks)
 
     def after_train(self, trainer):
         if self.masks is not None:
