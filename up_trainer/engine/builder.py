@@ -187,7 +187,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     if training and cfg.get("sparsity") is not None:  # weight masks kept through training (sparsity/)
         from ..sparsity import attach_sparsity
 
-        attach_sparsity(cfg, hooks)
+        attach_sparsity(cfg, model, hooks)
     optim = None
     if training:
         optim = Optimization(model, cfg["trainer"], rt, device, schedule,

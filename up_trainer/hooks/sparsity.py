@@ -21,18 +21,18 @@ class SparsityHook(Hook):
 
     priority = "HIGH"  # gradients masked before grad_clipper measures them; weights before EMA/checkpoints read them
 
-    def __init__(self, spec):
+    def __init__(self, spec, model):
         super().__init__()
         self.spec = spec
+        self.model = model  # the bare model (not its DDP wrapper), as the builder attaches it
         self.masks = None  # {layer name: bool tensor}; None until start_epoch
         self.stage = 0  # levels: index of the level the masks were computed at
         self._layers = None
-        self._saved = None  # a checkpoint's state, checked against the model once it is known
 
     # -- what is masked, and at which level ------------------------------------------------
-    def layers(self, trainer):
+    def layers(self, trainer=None):
         if self._layers is None:
-            self._layers = maskable_layers(trainer.module, self.spec)
+            self._layers = maskable_layers(self.model, self.spec)
         return self._layers
 
     def _start_iter(self, trainer):
@@ -63,10 +63,7 @@ class SparsityHook(Hook):
 
     # -- events ------------------------------------------------------------------------------
     def before_train(self, trainer):
-        layers = self.layers(trainer)
-        if not layers:
-            log.warning("sparsity: no layer of this model is masked (%s)", self.spec.describe())
-        log.info("sparsity: %s, %d layers", self.spec.describe(), len(layers))
+        log.info("sparsity: %s, %d layers", self.spec.describe(), len(self.layers()))
 
     def before_epoch(self, trainer, epoch):
         if self.masks is None and epoch >= self.spec.start_epoch:
@@ -103,26 +100,22 @@ class SparsityHook(Hook):
                 "masks": None if self.masks is None else {k: v.cpu() for k, v in self.masks.items()}}
 
     def load_state_dict(self, state):
-        self._saved = state
-
-    def after_load_checkpoint(self, trainer, ckpt):
-        saved, self._saved = self._saved, None
-        if saved is None:
-            return  # a checkpoint without masks (a dense run): they are computed at start_epoch
+        """A resume's masks, checked against the model (its weights already loaded) and the
+        section before they are used; a misfit stops the resume in one line."""
         where = "hooks.sparsity"
-        if saved.get("scheduler") != self.spec.scheduler:
-            raise CheckpointError(f"{where}: the masks were made by scheduler {saved.get('scheduler')!r}, the "
+        if state.get("scheduler") != self.spec.scheduler:
+            raise CheckpointError(f"{where}: the masks were made by scheduler {state.get('scheduler')!r}, the "
                                   f"config's sparsity.scheduler is {self.spec.scheduler!r}")
-        masks = saved.get("masks")
-        if masks is None:
+        masks = state.get("masks")
+        if masks is None:  # saved before start_epoch
             self.masks, self.stage = None, 0
             return
-        stage = saved.get("stage")
+        stage = state.get("stage")
         if self.spec.scheduler == "levels" and (not isinstance(stage, int) or not 0 <= stage < len(self.spec.levels)):
             raise CheckpointError(f"{where}: the saved stage {stage!r} is not one of the "
                                   f"{len(self.spec.levels)} sparsity.levels")
         self.stage = stage if isinstance(stage, int) else 0
-        layers = self.layers(trainer)
+        layers = self.layers()
         why = mask_misfit(layers, masks, self.spec, self.level()) if isinstance(masks, dict) else "not a mapping"
         if why is None:
             why = next((f"the weight of {name!r} is not zero where its mask is" for name, m in layers

@@ -32,12 +32,12 @@ def check_sparsity(cfg, model):
     return spec
 
 
-def attach_sparsity(cfg, hooks):
-    """Add the sparsity hook to ``hooks`` (the run's HookList) when the config has a section."""
-    spec = spec_of(cfg)
+def attach_sparsity(cfg, model, hooks):
+    """Add the sparsity hook of ``model`` (bare, before any DDP wrapper) to ``hooks`` (the run's
+    HookList) when the config has a section."""
+    spec = check_sparsity(cfg, model)
     if spec is None:
         return None
-    _refuse_conflicts(cfg)
     from ..hooks.sparsity import SparsityHook
 
-    return hooks.add(SparsityHook(spec), name="sparsity", type_name="sparsity")
+    return hooks.add(SparsityHook(spec, model), name="sparsity", type_name="sparsity")
