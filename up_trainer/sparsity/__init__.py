@@ -2,7 +2,7 @@
 
 The ``sparsity`` section (native; UP's ``runtime.runner: sparse`` + ``sparsity`` translate into
 it, config/up_sparse.py) is read by :mod:`.spec`; the masks are computed and checked in
-:mod:`.masks`; the sparsity hook (hooks/sparsity.py) applies them during training and keeps them
+:mod:`.masks`; the sparsity hook (:mod:`.hook`) applies them during training and keeps them
 in checkpoints. :func:`check_sparsity` is what ``up config`` runs on the net built on the meta
 device. No torch import at package level: ``up config`` reads the spec first.
 """
@@ -38,6 +38,6 @@ def attach_sparsity(cfg, model, hooks):
     spec = check_sparsity(cfg, model)
     if spec is None:
         return None
-    from ..hooks.sparsity import SparsityHook
+    from .hook import SparsityHook
 
     return hooks.add(SparsityHook(spec, model), name="sparsity", type_name="sparsity")

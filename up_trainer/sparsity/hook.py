@@ -1,4 +1,5 @@
-"""sparsity: weight masks computed from the run's ``sparsity`` section and kept through training.
+"""The sparsity hook: weight masks computed from the run's ``sparsity`` section and kept through
+training.
 
 Attached by the builder when the config has a ``sparsity`` section (UP's ``runtime.runner:
 sparse`` translates into one), never listed under ``hooks``. From ``start_epoch`` on, every
@@ -9,9 +10,9 @@ state; a resume checks them against the model and the section and applies them a
 """
 import logging
 
+from ..engine.hooks import Hook
 from ..errors import CheckpointError
-from ..sparsity.masks import apply_masks, compute_masks, mask_gradients, mask_misfit, maskable_layers, sparsity_report
-from .base import Hook
+from .masks import apply_masks, compute_masks, mask_gradients, mask_misfit, maskable_layers, sparsity_report
 
 log = logging.getLogger("up")
 
