@@ -59,7 +59,7 @@ class WeightsAfterEveryStep(Hook):
     def after_update(self, trainer, iteration):
         hook = trainer.hooks.get("sparsity")
         if hook.masks is not None:
-            self.checks.append(all(not bool(m.weight[~hook.masks[n]].any()) for n, m in hook.layers(trainer)))
+            self.checks.append(all(not bool(m.weight[~hook.masks[n]].any()) for n, m in hook.layers()))
 
 
 def run_in_process(cfg, work_dir):
@@ -75,7 +75,7 @@ def test_weights_stay_sparse_after_every_step_and_gradients_are_masked(tmp_path)
     trainer, probe = run_in_process(cfg, tmp_path)
     assert len(probe.checks) == trainer.state.iter and all(probe.checks)
     hook = trainer.hooks.get("sparsity")
-    for name, module in hook.layers(trainer):  # Adam's moments never grew where the weight is masked
+    for name, module in hook.layers():  # Adam's moments never grew where the weight is masked
         state = trainer.optim.optimizer.state[module.weight]
         assert not state["exp_avg"][~hook.masks[name]].any()
 

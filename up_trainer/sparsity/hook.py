@@ -31,7 +31,7 @@ class SparsityHook(Hook):
         self._layers = None
 
     # -- what is masked, and at which level ------------------------------------------------
-    def layers(self, trainer=None):
+    def layers(self):
         if self._layers is None:
             self._layers = maskable_layers(self.model, self.spec)
         return self._layers
@@ -52,7 +52,7 @@ class SparsityHook(Hook):
         return self.spec.levels[self.stage] if self.spec.scheduler == "levels" else None
 
     def _compute(self, trainer, why):
-        layers = self.layers(trainer)
+        layers = self.layers()
         self.masks = compute_masks(layers, self.spec, self.level())
         apply_masks(layers, self.masks)
         zeros, total, per_layer = sparsity_report(layers)
@@ -82,16 +82,16 @@ class SparsityHook(Hook):
 
     def before_step(self, trainer, iteration):
         if self.masks is not None:
-            mask_gradients(self.layers(trainer), self.masks)
+            mask_gradients(self.layers(), self.masks)
 
     def after_update(self, trainer, iteration):
         if self.masks is None or not trainer.did_update:
             return
-        apply_masks(self.layers(trainer), self.masks)
+        apply_masks(self.layers(), self.masks)
 
     def after_train(self, trainer):
         if self.masks is not None:
-            zeros, total, _ = sparsity_report(self.layers(trainer))
+            zeros, total, _ = sparsity_report(self.layers())
             log.info("sparsity: %d of %d weights of the masked layers are zero (%.2f%%)", zeros, total,
                      100.0 * zeros / max(total, 1))
 
