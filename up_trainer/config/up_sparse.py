@@ -138,7 +138,8 @@ def _section(section, notes):
         raise ConfigError(path, f"expected a mapping, got {type(section).__name__}")
     for key in section:
         if key not in SECTION_KEYS:
-            raise ConfigError(join_path(path, key), "is not read by UP's sparse runner", f"known: {', '.join(SECTION_KEYS)}")
+            raise ConfigError(join_path(path, key), "is not read by UP's sparse runner",
+                              f"known: {', '.join(SECTION_KEYS)}")
     _check_type(section, "mask_generator", "NormalMaskGenerator", path)
     _check_type(section, "fake_sparse", "FakeSparse", path)
     if "leaf_module" in section:
@@ -193,7 +194,8 @@ def translate_sparse(cfg, runner, notes):
             notes.append("sparsity: ignored as in UP (only runtime.runner: sparse reads it)")
         return runner
     if "sparsity" not in cfg:
-        raise ConfigError("sparsity", "runtime.runner sparse needs a sparsity section", "UP's configs/sparse files show it")
+        raise ConfigError("sparsity", "runtime.runner sparse needs a sparsity section",
+                          "UP's configs/sparse files show it")
     cfg["sparsity"] = _section(cfg["sparsity"], notes)
     ema = cfg.get("ema")
     if isinstance(ema, dict) and ema.get("enable"):

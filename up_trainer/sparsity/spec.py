@@ -87,7 +87,8 @@ def read_sparsity(section, path="sparsity"):
         raise ConfigError(path, f"expected a mapping, got {type(section).__name__}")
     for key in section:
         if key not in KEYS:
-            raise ConfigError(join_path(path, key), "unknown key", did_you_mean(key, KEYS) or f"known: {', '.join(KEYS)}")
+            raise ConfigError(join_path(path, key), "unknown key",
+                              did_you_mean(key, KEYS) or f"known: {', '.join(KEYS)}")
     spec = SparsitySpec()
     scheduler = section.get("scheduler", spec.scheduler)
     if scheduler not in SCHEDULERS:
