@@ -11,9 +11,9 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
 2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
 3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
-4. engine, distill, multitask   trainer, hook dispatch, checkpoints, optimization, the builder;
-                                teachers and mimic losses hooked onto the student; the tasks of
-                                a multitask run
+4. engine, distill, multitask,  trainer, hook dispatch, checkpoints, optimization, the builder;
+   sparsity                     teachers and mimic losses hooked onto the student; the tasks of
+                                a multitask run; weight masks
 5. hooks                        every feature of a run, on top of the engine's events
 6. run, run_paths, run_lock, predict, flops, export, api
                                 what the commands do (where a run writes, its directory
@@ -37,7 +37,7 @@ LAYERS = [
     ["registry", "config", "exits", "paths", "atomic", "protocols"],
     ["weights", "pretrained", "integrity", "render", "data", "memckpt", "writers", "plot"],
     ["tasks", "tta"],
-    ["engine", "distill", "multitask"],
+    ["engine", "distill", "multitask", "sparsity"],
     ["hooks"],
     ["run", "run_paths", "run_lock", "run_reuse", "run_dirs", "run_summary", "oneline", "predict", "flops", "export",
      "api"],

@@ -154,6 +154,7 @@ SCHEMAS = {
 FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict,
                  "distill": dict,  # read by up_trainer/distill/spec.py (up config builds the teachers)
                  "multitask": dict,  # read by up_trainer/multitask/spec.py
+                 "sparsity": dict,  # read by up_trainer/sparsity/spec.py (up config checks it on the net)
                  "origin": dict}  # origin: written by the UP translation (config/up_form.py)
 SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
 

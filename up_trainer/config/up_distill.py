@@ -9,6 +9,7 @@ teacher_bn_mode}`` per teacher it mimics. UP's base runner ignores all of this, 
 then, saying so. No torch import here.
 """
 from ..errors import ConfigError, did_you_mean, join_path
+from .up_sparse import translate_sparse
 
 JOB_KEYS = ("mimic_ins_type", "loss_weight", "warm_up_iters", "cfgs", "student")
 TEACHER_KEYS = ("mimic_name", "teacher_weight", "teacher_bn_mode")
@@ -116,6 +117,7 @@ def translate_distill(cfg, notes):
     if isinstance(cfg.get("runtime"), dict):
         cfg["runtime"].pop("runner", None)
     tkeys = _teacher_keys(cfg)
+    runner = translate_sparse(cfg, runner, notes)  # UP's sparse runner + sparsity section (up_sparse.py)
     if runner not in (None, "kd", "base"):
         raise ConfigError("runtime.runner.type", f"UP's {runner!r} runner is not mapped", "kd (distillation) or base")
     if runner != "kd":

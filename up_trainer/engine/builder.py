@@ -192,6 +192,10 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
 
         hooks.add(attach_distillation(cfg, model, device, batch_memory_format(rt),
                                       lambda p: resolve_path(p, work_dir)), name="distill")
+    if training and cfg.get("sparsity") is not None:  # weight masks kept through training (sparsity/)
+        from ..sparsity import attach_sparsity
+
+        attach_sparsity(cfg, model, hooks)
     optim = None
     if training:
         optim = Optimization(model, cfg["trainer"], rt, device, schedule,

@@ -76,6 +76,10 @@ def check_net_and_optimization(cfg):
         from ..distill import check_distill
 
         check_distill(cfg, model)
+    if cfg.get("sparsity") is not None:  # the section read, and some layer of the net masked
+        from ..sparsity import check_sparsity
+
+        check_sparsity(cfg, model)
     if cfg["dataset"].get("train") is None:
         return
     from ..protocols import ChecksBatchSize

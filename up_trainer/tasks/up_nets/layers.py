@@ -22,6 +22,8 @@ def norm_layer(opts, default="solo_bn"):
     kwarg of a UP part. sync_bn trains as BatchNorm2d on one process and is converted to
     torch SyncBatchNorm (within groups of ``group_size`` processes) when distributed."""
     kind, kw = sub_options(opts, "normalize", "normalize", default={"type": default})
+    if kind == "msbench_freeze_bn":  # MSBench's FrozenBatchNorm2d (UP's sparse files): eval-mode statistics,
+        kind = "freeze_bn"  # affine weights still learning, which is freeze_bn here
     if kind not in NORMS:
         raise ConfigError(opts.at("normalize.type"), f"UP norm {kind!r} is not mapped",
                           f"supported: {', '.join(NORMS)}")

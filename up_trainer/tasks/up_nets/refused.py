@@ -8,7 +8,6 @@ _CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m, s
 # type -> (what it is in UP, what we offer instead)
 REFUSED = {
     # -- classification backbones / heads ----------------------------------------------------
-    "sparse_base_cls_head": ("sparsity-training classification head", "base_cls_head"),
     "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
     "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
     "base_ssl_postprocess": ("self-supervised loss post-process", "the ssl net entry it follows (docs/ssl.rst)"),
