@@ -153,6 +153,7 @@ SCHEMAS = {
 # Sections whose inner structure is checked by the builders that consume them.
 FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict,
                  "distill": dict,  # read by up_trainer/distill/spec.py (up config builds the teachers)
+                 "quant": dict,  # read by up_trainer/quant/spec.py (fake quantization, docs/quant.rst)
                  "origin": dict}  # origin: written by the UP translation (config/up_form.py)
 SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
 

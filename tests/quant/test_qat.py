@@ -1,0 +1,114 @@
+"""Quantization-aware training as a normal run: fake quantizers inserted in place, trained,
+resumed bitwise, averaged by the EMA hook only where weights are, exported as a QDQ ONNX file
+that onnxruntime runs as the fake-quant model does."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import invoke, tiny_cfg, write_cfg
+from up_trainer.quant import quant_spec, quantize_model
+from up_trainer.quant.fake_quant import FakeQuantizer, QuantConv2d, QuantLinear
+
+QUANT = {"backend": "tensorrt"}
+
+
+def _load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _train(tmp_path, name, cfg, *extra):
+    res = invoke(["train", "--config", write_cfg(tmp_path / f"{name}.yaml", cfg), "--work-dir", tmp_path / name,
+                  *extra])
+    assert res.exit_code == 0, (res.stderr, res.stdout[-3000:])
+    return tmp_path / name, res
+
+
+def test_wrapping_keeps_parameters_and_names_and_quantizes_onto_the_grid():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    before = dict(net.named_parameters())
+    wrapped = quantize_model(net, quant_spec(QUANT))
+    assert wrapped == ["0", "3"] and type(net[0]) is QuantConv2d and type(net[3]) is QuantLinear
+    assert dict(net.named_parameters()) == before  # the same objects under the same names
+    net.train()
+    x = torch.randn(2, 1, 8, 8)
+    net(x)
+    wq = net[0].weight_quant
+    assert wq.per_channel and wq.scale.shape == (4,) and int(wq.zero_point.abs().sum()) == 0
+    amax = net[0].weight.detach().reshape(4, -1).abs().amax(1)
+    assert torch.allclose(wq.scale, amax / 127)
+    q = wq(net[0].weight) / wq.scale.reshape(4, 1, 1, 1)
+    assert torch.allclose(q, q.round(), atol=1e-4) and q.abs().max() <= 127.001  # integers times the channel scale
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    net.eval()
+    net(torch.randn(2, 1, 8, 8) * 100)  # evaluation never moves a range
+    assert all(torch.equal(v, state[k]) for k, v in net.state_dict().items())
+
+
+def test_vitis_scales_are_powers_of_two_per_tensor():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3))
+    quantize_model(net, quant_spec({"backend": "vitis"}))
+    net.train()(torch.randn(2, 1, 8, 8) * 3)
+    for fq in (net[0].weight_quant, net[0].input_quant):
+        assert fq.scale.shape == (1,) and torch.equal(torch.log2(fq.scale), torch.log2(fq.scale).round())
+
+
+def test_skip_keeps_a_layer_in_float_and_a_wrong_path_is_one_line():
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Conv2d(4, 4, 3))
+    quantize_model(net, quant_spec({"skip": ["0"]}))
+    assert type(net[0]) is nn.Conv2d and type(net[1]) is QuantConv2d
+    from up_trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"quant.skip\[0\]: the net has no module 'stem'"):
+        quantize_model(nn.Sequential(nn.Conv2d(1, 4, 3)), quant_spec({"skip": ["stem"]}))
+
+
+def test_qat_run_resumes_bitwise_with_ema_and_exports_a_matching_qdq_onnx(tmp_path):
+    sections = {"quant": QUANT, "hooks": [{"type": "ema", "kwargs": {"decay": 0.9}}],
+                "default_hooks": {"logger": None}}
+    cfg = tiny_cfg(trainer={"max_epoch": 2, "optimizer": {"type": "SGD", "kwargs": {"lr": 0.05, "momentum": 0.9}}},
+                   **sections)
+    straight, res = _train(tmp_path, "straight", cfg)
+    assert "fake-quantized for tensorrt" in res.stdout
+    half_cfg = tiny_cfg(trainer={"max_epoch": 1, "optimizer": cfg["trainer"]["optimizer"]}, **sections)
+    half, _ = _train(tmp_path, "half", half_cfg)
+    resumed, res = _train(tmp_path, "half", cfg, "--resume", half / "checkpoints" / "ckpt_e1.pth")
+    a, b = _load(straight / "checkpoints" / "ckpt_e2.pth"), _load(resumed / "checkpoints" / "ckpt_e2.pth")
+    quant_keys = [k for k in a["model"] if k.endswith("weight_quant.scale") or k.endswith("input_quant.max_val")]
+    assert len(quant_keys) == 2 * 21  # 20 convolutions and the classifier, each with both quantizers
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    for k, v in a["ema"]["model"].items():
+        assert torch.equal(v, b["ema"]["model"][k]), k
+    # the EMA averages weights, but its quantizer state is the live model's
+    key = "backbone.fc.input_quant.scale" if "backbone.fc.input_quant.scale" in a["model"] else quant_keys[0]
+    assert torch.equal(a["ema"]["model"][key], a["model"][key])
+    weight = next(k for k in a["model"] if k.endswith("conv1.weight"))
+    assert not torch.equal(a["ema"]["model"][weight], a["model"][weight])
+
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    from up_trainer.export.verify import onnx_runner
+    from up_trainer.predict import load_model
+    from up_trainer.config import resolve_config
+
+    out = tmp_path / "qat.onnx"
+    config = write_cfg(tmp_path / "straight.yaml", cfg)
+    res = invoke(["export", "--config", config, "--checkpoint", straight / "checkpoints" / "ckpt_e2.pth",
+                  "--format", "onnx", "--out", out])
+    assert res.exit_code == 0, res.stderr
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("DequantizeLinear") == 2 * 21 and ops.count("QuantizeLinear") == 21  # weights stored as int8
+    record = json.loads(open(str(out) + ".json").read())
+    assert record["quantization"]["backend"] == "tensorrt" and record["quantization"]["layers"] == 21
+    ckpt = str(straight / "checkpoints" / "ckpt_e2.pth")
+    model = load_model(resolve_config(config), ckpt, "cpu")
+    x = torch.rand(4, 1, 8, 8)
+    with torch.no_grad():
+        want = model({"image": x})["logits"]
+    got = onnx_runner(str(out))(x)[0]
+    assert (got - want).abs().max() <= record["tolerance"]
+    assert torch.equal(got.argmax(1), want.argmax(1))
