@@ -153,7 +153,7 @@ SCHEMAS = {
 # Sections whose inner structure is checked by the builders that consume them.
 FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema": dict,
                  "distill": dict,  # read by up_trainer/distill/spec.py (up config builds the teachers)
-                 "quant": dict,  # read by up_trainer/quant/spec.py (fake quantization, docs/quant.rst)
+                 "quant": dict,  # checked and filled in by config/quant_spec.py (fake quantization, docs/quant.rst)
                  "origin": dict}  # origin: written by the UP translation (config/up_form.py)
 SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
 
@@ -207,6 +207,10 @@ def validate(cfg):
     for name in SCHEMAS:
         out[name] = validate_section(name, cfg.get(name))
     _normalize_dataset(out["dataset"])
+    if out.get("quant") is not None:
+        from .quant_spec import quant_spec
+
+        out["quant"] = quant_spec(out["quant"])
     _check_run_length(out["trainer"], out["runtime"], cfg.get("trainer") or {})
     out.setdefault("hooks", [])
     if out["hooks"] is None:

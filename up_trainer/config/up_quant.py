@@ -1,5 +1,5 @@
 """UP's quantization runner (``runtime.runner: quant`` / ``quant_ptq``) and its ``quant`` section,
-translated into the native ``quant`` section (up_trainer/quant/spec.py). No torch import here.
+translated into the native ``quant`` section (config/quant_spec.py). No torch import here.
 
 UP (through MQBench) reads ``quant_type`` (qat / ptq), ``deploy_backend``, ``cali_batch_size``
 and ``prepare_args: {extra_qconfig_dict: {w_observer, a_observer, w_fakequantize,
@@ -120,5 +120,11 @@ def translate_quant(cfg, notes):
     for key in ("resume_quant", "ptq", "tricks"):
         if key in section:
             notes.append(f"quant.{key}: recorded (read by UP's post-training quantization only)")
+    saver = cfg.get("saver")
+    if isinstance(saver, dict) and saver.get("resume_model") and not saver.get("pretrain_model"):
+        # UP's quant runner loads a float checkpoint named here as weights, then quantizes
+        saver["pretrain_model"] = saver.pop("resume_model")
+        notes.append("saver.resume_model: read as pretrain_model (UP's quant runner starts QAT from the float "
+                     "weights it names); a QAT run resumes with --resume or saver.auto_resume")
     cfg["quant"] = native
     notes.append(f"runtime.runner: {runner}: quant read as the native quant section (docs/up/quant.rst)")

@@ -2,4 +2,4 @@
 configuration (spec.py), observers (ranges.py), quantizers (fake_quant.py) and the QDQ ONNX
 file it exports to (onnx_qdq.py). See docs/quant.rst."""
 from .apply import apply_quant, is_quantized, quantize_model, quantizer_state_keys  # noqa: F401
-from .spec import quant_spec  # noqa: F401
+from ..config.quant_spec import quant_spec  # noqa: F401

@@ -66,7 +66,7 @@ def describe(scheme):
 
 def apply_quant(model, cfg):
     """The config's quant section applied to ``model`` (nothing when it has none)."""
-    from .spec import quant_spec
+    from ..config.quant_spec import quant_spec
 
     spec = quant_spec(cfg.get("quant"))
     if spec is None:

@@ -1,4 +1,5 @@
-"""The native ``quant`` section, read and checked once (no torch import here).
+"""The native ``quant`` section, checked and filled in when the config is resolved (no torch
+import here; the quantizers themselves are up_trainer/quant/).
 
 ::
 
@@ -23,6 +24,8 @@ OBSERVERS = ("minmax", "ema_minmax", "mse", "ema_mse")
 FAKE_QUANTIZES = ("fixed", "learnable")
 SECTION_KEYS = ("mode", "backend", "weight", "activation", "skip")
 SCHEME_KEYS = ("bits", "symmetric", "per_channel", "pot_scale", "observer", "fake_quantize", "ema_ratio", "p")
+# written by the resolution itself (each quantizer carries it into the export record); read back as given
+RESOLVED_KEYS = ("backend",)
 
 # What each backend's engine runs: fixed keys per tensor kind; the rest are defaults.
 BACKENDS = {
@@ -51,6 +54,8 @@ def _scheme(kind, given, backend):
     out.update(fixed)
     for key, value in given.items():
         kpath = join_path(path, key)
+        if key in RESOLVED_KEYS and value == backend:
+            continue
         if key not in SCHEME_KEYS:
             raise ConfigError(kpath, "unknown key", did_you_mean(key, SCHEME_KEYS) or f"known: {', '.join(SCHEME_KEYS)}")
         if key in ("symmetric", "per_channel", "pot_scale"):
