@@ -6,7 +6,7 @@ the float model and its post-training int8 file (the QAT row of docs/export.rst'
 Steps, each an ``up`` command: train configs/cls/digits_resnet18.yaml (float32, 10 epochs);
 fine-tune that checkpoint with ``quant: {backend: tensorrt}`` (``--qat-epochs`` epochs, LR 0.005,
 cosine); ``up benchmark`` on the float checkpoint (eager, onnx, onnx-int8: onnxruntime's static
-post-training quantization) and on the QAT checkpoint (eager fake-quant, onnx: the QDQ file the
+post-training quantization) and on the QAT checkpoint, one thread each, (eager fake-quant, onnx: the QDQ file the
 export verified against the fake-quant model). The rows are printed as one table with the
 machine and its load average; the last line says whether the QAT file's top-1 is within one
 point of the float ONNX file's.
@@ -58,7 +58,7 @@ def main():
     qat_ckpt = os.path.join(work, "qat", "checkpoints", f"ckpt_e{args.qat_epochs}.pth")
     if not os.path.exists(qat_ckpt):
         up("train", "--config", qat_cfg, "--work-dir", os.path.join(work, "qat"))
-    common = ("--repeats", args.repeats, "--batch", 32)
+    common = ("--repeats", args.repeats, "--batch", 32, "--opts", "runtime.num_threads=1")
     up("benchmark", "--config", FP32_CONFIG, "--checkpoint", fp32_ckpt, "--formats", "eager,onnx,onnx-int8",
        "--out", os.path.join(work, "bench_fp32"), *common)
     up("benchmark", "--config", qat_cfg, "--checkpoint", qat_ckpt, "--formats", "eager,onnx",
