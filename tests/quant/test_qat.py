@@ -127,3 +127,51 @@ def test_qat_checkpoint_exports_a_qdq_onnx_that_matches_the_fake_quant_model(qat
     res = invoke(["export", "--config", config, "--checkpoint", ckpt, "--format", "onnx", "--out",
                   tmp_path / "again.onnx", "--int8"])
     assert res.exit_code == 2 and "--int8: the net is quantization-aware trained" in res.stderr
+
+
+def test_learnable_scales_start_from_the_observer_then_train():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    spec = quant_spec({"activation": {"fake_quantize": "learnable"}, "weight": {"fake_quantize": "learnable"}})
+    quantize_model(net, spec)
+    fq = net[0].input_quant
+    assert isinstance(fq.scale, nn.Parameter) and not bool(fq.initialized)
+    x = torch.randn(8, 1, 8, 8)
+    net.train()(x).sum().backward()
+    assert bool(fq.initialized) and torch.allclose(fq.scale.detach(), x.abs().max().reshape(1) / 127)
+    assert fq.scale.grad is not None and net[0].weight_quant.scale.grad.shape == (4,)
+    first = fq.scale.detach().clone()
+    net(x * 10)  # no longer observed: the scale moves only by training
+    assert torch.equal(fq.scale.detach(), first)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert net.eval()(x).dtype == torch.bfloat16
+
+
+@pytest.mark.slow  # 75 s on 2 busy cores (the export's own verification runs the detector several times)
+def test_a_qat_detector_exports_its_raw_heads_verified(tmp_path):
+    """RetinaNet's quantizers observe two val scenes (the rest of the net in eval mode); the raw
+    heads' QDQ file is verified against the fake-quant model on export."""
+    pytest.importorskip("onnxruntime")
+    from up_trainer.config import resolve_config
+    from up_trainer.export import export_model
+    from up_trainer.quant import apply_quant
+    from up_trainer.tasks.net import build_model
+
+    net = {"type": "retinanet", "kwargs": {"num_classes": 3, "backbone": "resnet18", "returned_layers": [2, 3],
+                                           "fpn_extra": "none", "fpn_channels": 32, "min_size": 64, "max_size": 64}}
+    cfg = {"runtime": {"num_threads": 1}, "trainer": {"max_epoch": 1}, "net": net, "quant": QUANT,
+           "dataset": {"test": {"type": "digits_det", "kwargs": {"split": "val", "num_images": 2, "canvas_size": 48}}}}
+    path = write_cfg(tmp_path / "det.yaml", cfg)
+    resolved = resolve_config(path)
+    torch.manual_seed(0)
+    model = apply_quant(build_model(resolved["net"]), resolved).eval()
+    for m in model.modules():
+        if isinstance(m, FakeQuantizer):
+            m.train()
+    with torch.no_grad():
+        model({"image": [torch.rand(3, 48, 48), torch.rand(3, 48, 48)]})
+    assert all(torch.isfinite(m.max_val).all() for m in model.modules() if isinstance(m, FakeQuantizer))
+    torch.save(model.state_dict(), tmp_path / "det.pth")
+    record = export_model(resolved, str(tmp_path / "det.pth"), "onnx", str(tmp_path / "det.onnx"))
+    assert record["quantization"]["layers"] == sum(isinstance(m, QuantConv2d) for m in model.modules())
+    assert record["max_error"] <= record["tolerance"] and record["form"] == "heads"

@@ -67,6 +67,8 @@ class FakeQuantizer(nn.Module):
             self.initialized.fill_(True)
 
     def forward(self, x):
+        if x.dtype != torch.float32:  # under autocast: torch's fake-quantize kernels take float32
+            return self.forward(x.float()).to(x.dtype)
         if self.training and (not self.learnable or not bool(self.initialized)):
             self._observe(x)
         if self.learnable and self.training:
