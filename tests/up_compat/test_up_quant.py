@@ -59,3 +59,15 @@ def test_learnable_fake_quantize_maps_to_lsq(tmp_path):
     res = invoke(["config", "--config", write_cfg(tmp_path / "q.yaml", cfg)])
     assert res.exit_code == 0, res.stderr
     assert yaml.safe_load(res.stdout)["quant"]["activation"]["fake_quantize"] == "learnable"
+
+
+def test_ups_vitis_yolox_file_runs_with_its_no_aug_epochs_within_the_run():
+    """UP's FPGA file: Vitis power-of-two scheme on YOLOX, register_type qat_weights, read once its
+    yolox_noaug epochs (15) fit its 5-epoch run."""
+    rel = "quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml"
+    res = invoke(["config", "--config", os.path.join(UP_FIXTURES, rel)])
+    assert res.exit_code == 2 and "hooks[0].kwargs.no_aug_epoch: must be between 0" in res.stderr
+    res = invoke(["config", "--config", os.path.join(UP_FIXTURES, rel), "--opts", "hooks.0.kwargs.no_aug_epoch=4"])
+    assert res.exit_code == 0, res.stderr
+    quant = yaml.safe_load(res.stdout)["quant"]
+    assert quant["backend"] == "vitis" and quant["weight"]["pot_scale"] and not quant["weight"]["per_channel"]
