@@ -20,6 +20,8 @@ CASES = [
     ({"backend": "academic", "weight": {"pot_scale": True, "symmetric": False}},
      "quant.weight.pot_scale: power-of-two scales need a symmetric scheme"),
     ({"weight": [8]}, "quant.weight: expected a mapping, got list"),
+    ({"backend": "academic", "activation": {"per_channel": True}},
+     "quant.activation.per_channel: activations are quantized per tensor"),
     ({"skip": "backbone.conv1"}, "quant.skip: expected a list of module paths"),
     ({"skip": ["backbone.nope"]}, "quant.skip[0]: the net has no module 'backbone.nope'"),
     ({"backnd": "tensorrt"}, "quant.backnd: unknown key (did you mean 'backend'?)"),

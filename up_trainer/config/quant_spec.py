@@ -81,6 +81,9 @@ def _scheme(kind, given, backend):
     if kind == "weight" and out["observer"] in ("ema_minmax", "ema_mse"):
         raise ConfigError(join_path(path, "observer"), f"{out['observer']} averages ranges over batches; a weight's "
                           "range is its current value", "use minmax or mse for weights")
+    if kind == "activation" and out["per_channel"]:
+        raise ConfigError(join_path(path, "per_channel"), "activations are quantized per tensor (one scale for a "
+                          "layer's input)", "set per_channel: false")
     if out["pot_scale"] and not out["symmetric"]:
         raise ConfigError(join_path(path, "pot_scale"), "power-of-two scales need a symmetric scheme",
                           "set symmetric: true")

@@ -12,14 +12,10 @@ import logging
 
 from torch import nn
 
-from ..errors import ConfigError, join_path
+from ..errors import ConfigError, did_you_mean, join_path
 from .fake_quant import QUANT_CLASSES, FakeQuantizer
 
 log = logging.getLogger("up")
-
-
-def _device(module):
-    return module.weight.device
 
 
 def quantize_model(model, spec):
@@ -29,8 +25,6 @@ def quantize_model(model, spec):
     names = dict(model.named_modules())
     for i, path in enumerate(spec["skip"]):
         if path not in names:
-            from ..errors import did_you_mean
-
             raise ConfigError(join_path("quant.skip", i), f"the net has no module {path!r}",
                               did_you_mean(path, [n for n in names if n]) or None)
     skipped = tuple(spec["skip"])
@@ -44,9 +38,9 @@ def quantize_model(model, spec):
             continue
         channels = module.weight.shape[0]
         module.__class__ = quant_class
-        module.add_module("input_quant", FakeQuantizer(spec["activation"], device=_device(module)))
+        module.add_module("input_quant", FakeQuantizer(spec["activation"], device=module.weight.device))
         module.add_module("weight_quant", FakeQuantizer(spec["weight"], channels, is_weight=True,
-                                                        device=_device(module)))
+                                                        device=module.weight.device))
         wrapped.append(path)
     if not wrapped:
         raise ConfigError("quant", "the net has no nn.Conv2d or nn.Linear layer to quantize")
