@@ -71,3 +71,19 @@ def test_ups_vitis_yolox_file_runs_with_its_no_aug_epochs_within_the_run():
     assert res.exit_code == 0, res.stderr
     quant = yaml.safe_load(res.stdout)["quant"]
     assert quant["backend"] == "vitis" and quant["weight"]["pot_scale"] and not quant["weight"]["per_channel"]
+
+
+def test_a_typed_definition_named_like_a_plain_section_is_dropped_but_not_like_a_typed_one(tmp_path):
+    """UP's improve files leave ``train_resize: {type: keep_ar_resize}`` unreferenced: close to
+    ``trainer``, which never holds a ``type``, so it is a definition (dropped, said so);
+    ``nett: {type: ...}`` may be a misspelt ``net`` and still fails."""
+    with open(os.path.join(UP_FIXTURES, CLS_QAT), encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    cfg.pop("num_classes")
+    cfg["train_resize"] = {"type": "keep_ar_resize", "kwargs": {"scales": [640]}}
+    res = invoke(["config", "--config", write_cfg(tmp_path / "a.yaml", cfg)])
+    assert res.exit_code == 0, res.stderr
+    assert "train_resize: a keep_ar_resize definition nothing refers to; ignored as in UP" in res.stdout
+    cfg["nett"] = {"type": "resnet18"}
+    res = invoke(["config", "--config", write_cfg(tmp_path / "b.yaml", cfg)])
+    assert res.exit_code == 2 and "nett: unknown section (did you mean 'net'?)" in res.stderr, res.stderr
