@@ -1,15 +1,15 @@
 """Quantization-aware training of the digits ResNet-18 to an int8 QDQ ONNX file, measured beside
 the float model and its post-training int8 file (the QAT row of docs/export.rst's table).
 
-    python benchmarks/qat_digits.py [--work-dir runs/qat_digits] [--qat-epochs 3] [--repeats 20]
+    python benchmarks/qat_digits.py [--work-dir runs/qat_digits] [--qat-epochs 3] [--repeats 10]
 
 Steps, each an ``up`` command: train configs/cls/digits_resnet18.yaml (float32, 10 epochs);
 fine-tune that checkpoint with ``quant: {backend: tensorrt}`` (``--qat-epochs`` epochs, LR 0.005,
-cosine); ``up benchmark`` on the float checkpoint (eager, onnx, onnx-int8: onnxruntime's static
-post-training quantization) and on the QAT checkpoint, one thread each, (eager fake-quant, onnx: the QDQ file the
-export verified against the fake-quant model). The rows are printed as one table with the
-machine and its load average; the last line says whether the QAT file's top-1 is within one
-point of the float ONNX file's.
+cosine); ``up benchmark`` (one thread, batch 8) on the float checkpoint (eager, onnx, onnx-int8:
+onnxruntime's static post-training quantization) and on the QAT checkpoint (eager: the fake-quant
+model; onnx: the QDQ file the export verified against it). The rows are printed as one table
+with the machine and its load average; the last line says whether the QAT file's top-1 is within
+one point of the float ONNX file's. A step whose checkpoint exists already is skipped.
 """
 import argparse
 import json
@@ -47,7 +47,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", default=os.path.join(REPO, "runs", "qat_digits"))
     parser.add_argument("--qat-epochs", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
@@ -58,7 +58,7 @@ def main():
     qat_ckpt = os.path.join(work, "qat", "checkpoints", f"ckpt_e{args.qat_epochs}.pth")
     if not os.path.exists(qat_ckpt):
         up("train", "--config", qat_cfg, "--work-dir", os.path.join(work, "qat"))
-    common = ("--repeats", args.repeats, "--batch", 32, "--opts", "runtime.num_threads=1")
+    common = ("--repeats", args.repeats, "--batch", 8, "--opts", "runtime.num_threads=1")
     up("benchmark", "--config", FP32_CONFIG, "--checkpoint", fp32_ckpt, "--formats", "eager,onnx,onnx-int8",
        "--out", os.path.join(work, "bench_fp32"), *common)
     up("benchmark", "--config", qat_cfg, "--checkpoint", qat_ckpt, "--formats", "eager,onnx",
@@ -68,7 +68,7 @@ def main():
     print(f"machine: {m['cpu']}, {m['cores']} cores; load average {m['load_average'][0]:.2f} then "
           f"{tables[1]['machine']['load_average'][0]:.2f}; {tables[0]['threads']} thread(s); "
           f"torch {m['torch']}, onnxruntime {m['onnxruntime']}")
-    print(f"{'model':<26}{'size MB':>9}{'ms/img b1':>11}{'img/s b32':>11}{'top1':>9}")
+    print(f"{'model':<26}{'size MB':>9}{'ms/img b1':>11}{'img/s b8':>11}{'top1':>9}")
     values = {}
     for name, info in (("fp32", tables[0]), ("QAT", tables[1])):
         for r in info["rows"]:
