@@ -40,3 +40,26 @@ def test_bad_quant_value_is_one_line(tmp_path, command, quant, line):
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert lines[0].startswith("up: error: " + line), lines[0]
     assert not list((tmp_path / "run").glob("checkpoints/*.pth"))  # nothing trained, nothing saved
+
+
+@pytest.mark.parametrize("quant, args, line", [
+    ({"backend": "academic", "weight": {"bits": 4}, "activation": {"bits": 4}}, ["--format", "onnx"],
+     "--format: weights int4 / activations int4 cannot be written as ONNX QuantizeLinear (8-bit only)"),
+    ({"backend": "tensorrt"}, ["--format", "onnx", "--opset", "12"], "--opset: per-channel QDQ needs opset 13"),
+    ({"backend": "tensorrt"}, ["--format", "onnx", "--int8"], "--int8: the net is quantization-aware trained"),
+])
+def test_a_qat_checkpoint_export_that_cannot_be_written_is_one_line(tmp_path, quant, args, line):
+    import torch
+
+    from up_trainer.config import resolve_config
+    from up_trainer.quant import apply_quant
+    from up_trainer.tasks.net import build_model
+
+    cfg = write_cfg(tmp_path / "q.yaml", tiny_cfg(quant=quant))
+    resolved = resolve_config(cfg)
+    torch.save(apply_quant(build_model(resolved["net"]), resolved).state_dict(), tmp_path / "q.pth")
+    res = invoke(["export", "--config", cfg, "--checkpoint", tmp_path / "q.pth", "--out", tmp_path / "q.onnx", *args])
+    assert res.exit_code == 2, (res.exit_code, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("up: error: " + line), res.stderr
+    assert not (tmp_path / "q.onnx").exists()
