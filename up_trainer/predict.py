@@ -56,11 +56,12 @@ def load_model(cfg, checkpoint, device, use_ema=True, weights=None):
     bare weights)."""
     from .engine.checkpoint_fit import load_fitting_weights
     from .engine.checkpoint_load import inference_weights
+    from .quant import apply_quant
     from .registry import import_user_modules
     from .tasks.net import build_model
 
     import_user_modules(cfg["runtime"]["imports"])  # a plugin's net is registered by its module
-    model = build_model(cfg["net"])
+    model = apply_quant(build_model(cfg["net"]), cfg)  # a QAT checkpoint holds its quantizers' state
     if weights is None:
         weights = inference_weights(checkpoint, use_ema)
     load_fitting_weights(model, weights.state, checkpoint)

@@ -10,7 +10,8 @@ Layers, lowest first. A module may import its own layer and the ones below, neve
                                 atomic file write
 2. weights, integrity, render, data, memckpt, writers, plot
                                 tools with no notion of a training run
-3. tasks                        models, datasets, evaluators, transforms (know nothing of training)
+3. tasks, quant                 models, datasets, evaluators, transforms (know nothing of training);
+                                fake quantization inserted into a built net
 4. engine, distill, multitask,  trainer, hook dispatch, checkpoints, optimization, the builder;
    sparsity                     teachers and mimic losses hooked onto the student; the tasks of
                                 a multitask run; weight masks
@@ -36,7 +37,7 @@ LAYERS = [
     ["errors", ""],  # "" is the package itself (its __init__: the version)
     ["registry", "config", "exits", "paths", "atomic", "protocols"],
     ["weights", "pretrained", "integrity", "render", "data", "memckpt", "writers", "plot"],
-    ["tasks", "tta"],
+    ["tasks", "tta", "quant"],
     ["engine", "distill", "multitask", "sparsity"],
     ["hooks"],
     ["run", "run_paths", "run_lock", "run_reuse", "run_dirs", "run_summary", "oneline", "predict", "flops", "export",

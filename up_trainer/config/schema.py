@@ -155,6 +155,7 @@ FREE_SECTIONS = {"hooks": list, "net": (dict, list), "default_hooks": dict, "ema
                  "distill": dict,  # read by up_trainer/distill/spec.py (up config builds the teachers)
                  "multitask": dict,  # read by up_trainer/multitask/spec.py
                  "sparsity": dict,  # read by up_trainer/sparsity/spec.py (up config checks it on the net)
+                 "quant": dict,  # checked and filled in by config/quant_spec.py (fake quantization, docs/quant.rst)
                  "origin": dict}  # origin: written by the UP translation (config/up_form.py)
 SECTIONS = list(SCHEMAS) + list(FREE_SECTIONS)
 
@@ -208,6 +209,10 @@ def validate(cfg):
     for name in SCHEMAS:
         out[name] = validate_section(name, cfg.get(name))
     _normalize_dataset(out["dataset"])
+    if out.get("quant") is not None:
+        from .quant_spec import quant_spec
+
+        out["quant"] = quant_spec(out["quant"])
     _check_run_length(out["trainer"], out["runtime"], cfg.get("trainer") or {})
     out.setdefault("hooks", [])
     if out["hooks"] is None:

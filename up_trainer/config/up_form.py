@@ -18,6 +18,7 @@ from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
 from .up_hooks import refuse_unmapped_hooks
 from .up_multitask import translate_multitask
+from .up_quant import translate_quant
 from .up_ssl import translate_ssl
 from .up_trainer_defaults import apply_up_trainer_defaults
 
@@ -69,7 +70,7 @@ UP_UNREAD_TOP_LEVEL = {
 
 
 def top_level_keys(cfg, notes):
-    from .schema import SECTIONS
+    from .schema import SCHEMAS, SECTIONS
 
     for key, why in UP_UNREAD_TOP_LEVEL.items():
         if key in cfg:
@@ -78,9 +79,12 @@ def top_level_keys(cfg, notes):
     # UP files keep component definitions at the top level for aliasing; some are never aliased
     # (UP reads only its sections, so they do nothing there). A {type, ...} mapping under a name
     # that resembles no section is such a definition; a misspelt section still fails validation.
+    # Only a section that itself holds a ``type`` (net, ema, ...; not runtime, dataset, trainer,
+    # saver) can be misspelt into one: ``train_resize: {type: keep_ar_resize}`` is a definition.
+    typed_sections = [s for s in SECTIONS if s not in SCHEMAS]
     for key in [k for k in cfg if k not in SECTIONS and k != "lr_scheduler"]:
         value = cfg[key]
-        if isinstance(value, dict) and isinstance(value.get("type"), str) and not did_you_mean(key, SECTIONS):
+        if isinstance(value, dict) and isinstance(value.get("type"), str) and not did_you_mean(key, typed_sections):
             cfg.pop(key)
             notes.append(f"{key}: a {value['type']} definition nothing refers to; ignored as in UP")
     # A scheduler written one level too high (UP's swin_transformer_small.yaml): UP would stop
@@ -99,8 +103,8 @@ def trainer_defaults(cfg, notes):
     notes.extend(apply_up_trainer_defaults(cfg))
 
 
-UP_STEPS = [runtime_defaults, translate_multitask, translate_bignas, translate_distill, translate_ssl, top_level_keys,
-            trainer_defaults]
+UP_STEPS = [runtime_defaults, translate_multitask, translate_bignas, translate_quant, translate_distill, translate_ssl,
+            top_level_keys, trainer_defaults]
 
 
 def file_digest(path):

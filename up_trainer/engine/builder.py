@@ -120,6 +120,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
     """Everything a run needs, constructed in an order that keeps RNG use deterministic."""
     from ..data.image_cache import open_image_cache
     from ..data.loader import LoaderFactory
+    from ..quant import apply_quant
     from ..tasks.net import build_model, check_net
     from .optim import Optimization
     from .run_length import check_epoch_len
@@ -180,6 +181,7 @@ def build_trainer(cfg, *, work_dir=None, device=None, with_optim=True):
         model.check_batch_size(cfg["dataset"]["batch_size"], dist.world_size)
     if rt["special_bn_init"]:
         special_bn_init(model)
+    apply_quant(model, cfg)  # fake quantization (quant/): before the optimizer, EMA and DDP see the net
     model = prepare_model(model.to(device), rt)
     check_class_count(model, cfg["net"], (("dataset.train", train_set), ("dataset.test", test_set)))
     if cfg.get("multitask") is not None:  # several tasks on the net: their loaders and evaluators (multitask/)

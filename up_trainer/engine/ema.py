@@ -22,6 +22,10 @@ class ModelEMA:
         self.inner_T = inner_T
         self.updates = 0
         self.model = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        from ..quant import quantizer_state_keys
+
+        # fake-quant ranges and scales describe the live model's tensors: they follow it, as counters do
+        self.follows = quantizer_state_keys(module)
 
     def decay_at(self, t):
         if self.ema_type == "exp":
@@ -39,7 +43,7 @@ class ModelEMA:
         current = module.state_dict()
         for k, avg in self.model.items():
             v = current[k].detach()
-            if avg.dtype.is_floating_point:
+            if avg.dtype.is_floating_point and k not in self.follows:
                 avg.mul_(d).add_(v.to(avg.dtype), alpha=1 - d)
             else:  # counters such as BatchNorm's num_batches_tracked follow the model
                 avg.copy_(v)

@@ -51,10 +51,13 @@ def build_optimizer(model, cfg, path="trainer.optimizer"):
         key = sorted(extra)[0]
         raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, keys))
     register = cfg.get("register_type", "base")
+    if register == "qat_weights":  # UP's QAT YOLOX groups: exactly yolov5_except's three, with no except_keys
+        register = "yolov5_except"
     if register not in ("base", "yolov5", "yolov5_except"):
         raise ConfigError(f"{path}.register_type", f"unknown {register!r}",
                           "base (groups from pconfig / paramwise_cfg), yolov5 (YOLOv5's four groups) or "
-                          "yolov5_except (YOLOv5's groups, except_keys modules' biases decayed)")
+                          "yolov5_except (YOLOv5's groups, except_keys modules' biases decayed; UP's qat_weights is it "
+                          "without except_keys)")
     cls = optimizer_class(cfg["type"], f"{path}.type")
     kwargs = dict(cfg.get("kwargs") or {})
     if register == "yolov5_except":

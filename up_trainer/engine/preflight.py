@@ -72,6 +72,10 @@ def check_net_and_optimization(cfg):
         model = build_model(cfg["net"])
     if cfg["runtime"].get("special_bn_init"):
         special_bn_init(model)
+    if cfg.get("quant") is not None:  # fake quantization inserted on the meta device (quant/)
+        from ..quant import apply_quant
+
+        apply_quant(model, cfg)
     if cfg.get("distill") is not None:  # teachers on the meta device, every mimic module path resolved
         from ..distill import check_distill
 

@@ -122,6 +122,7 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
         raise ConfigError("--format", f"torchscript export of {kind} is not supported", "use --format onnx or pt2")
     if dynamic_size and detector:
         _check_dynamic_detector(model, fmt)
+    quantized = _check_quantized(model, fmt, int8, opset)
     if form == "end2end" and (not detector or fmt != "onnx"):
         raise ConfigError("--form", "end2end is the ONNX form of a detector (NMS inside the graph)",
                           "use --form raw" + (" or --format onnx" if detector else ""))
@@ -147,6 +148,10 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
     record.update(format=fmt, file=out, weights=weights, checkpoint=checkpoint, tolerance=tolerance,
                   verified_batches=list(VERIFY_BATCHES))
     record["classes"] = getattr(model, "recorded_classes", None)  # the label map trained on (None: unknown)
+    if quantized:
+        from ..quant.onnx_qdq import quant_record
+
+        record["quantization"] = quant_record(model)
     write_json(out + ".json", record, indent=2)
     error = record["max_error"]
     check = record.get("verification")
@@ -162,6 +167,25 @@ def export_model(cfg, checkpoint, fmt, out=None, *, form="raw", input_size=None,
 
         record["int8"] = quantize_export(cfg, record, calib_images, config_files)
     return record
+
+
+def _check_quantized(model, fmt, int8, opset):
+    """A fake-quant net exports as QDQ: 8-bit only (ONNX's QuantizeLinear), per-channel from opset 13."""
+    from ..quant import is_quantized
+    from ..quant.onnx_qdq import quant_record
+
+    if not is_quantized(model):
+        return False
+    if int8:
+        raise ConfigError("--int8", "the net is quantization-aware trained: its ONNX file is already int8 (QDQ)",
+                          "export without --int8")
+    bits = quant_record(model)["bits"]
+    if fmt == "onnx" and bits != [8, 8]:
+        raise ConfigError("--format", f"weights int{bits[0]} / activations int{bits[1]} cannot be written as ONNX "
+                          "QuantizeLinear (8-bit only)", "use --format pt2 or torchscript (fake-quant ops)")
+    if fmt == "onnx" and opset < 13:
+        raise ConfigError("--opset", f"per-channel QDQ needs opset 13 or later, got {opset}")
+    return True
 
 
 def _check_dynamic_detector(model, fmt):
@@ -247,6 +271,9 @@ def _onnx_export(graph, example, output_names, out, opset, dynamic_size=False):
         # longer for these nets and gives the same graph.
         torch.onnx.export(graph, (example,), out, input_names=["image"], output_names=output_names,
                           dynamic_axes=axes, opset_version=opset, dynamo=False)
+    from ..quant.onnx_qdq import fold_weight_quantizers
+
+    fold_weight_quantizers(out)  # a fake-quant net's weights stored as integers (nothing to do otherwise)
 
 
 def _export_raw_heads(model, size, fmt, out, opset, dynamic_size=False):

@@ -126,11 +126,19 @@ def run_benchmark(cfg, checkpoint, formats, out_dir, *, batch=8, warmup=3, repea
     batch = len(images)
     weights_mb = sum(p.numel() * 4 for p in model.state_dict().values() if p.is_floating_point()) / 1e6
     rows, onnx_model = [], None
+    from ..quant import is_quantized
+
+    qat = is_quantized(model)  # a fake-quant net: its onnx row is the int8 QDQ file already
     for fmt in formats:
         note, size_mb = "", weights_mb
+        if qat and fmt == "onnx-int8":
+            rows.append({"format": fmt, "note": "not run: the net is quantization-aware trained, its onnx row is "
+                                                "the int8 QDQ file"})
+            continue
         try:
             if fmt == "eager":
                 runner = model
+                note = "fake-quant (QAT) model" if qat else ""
             elif fmt == "compile":
                 runner = torch.compile(model)
                 note = "torch.compile (compile time not counted: warm-up)"
@@ -149,6 +157,8 @@ def run_benchmark(cfg, checkpoint, formats, out_dir, *, batch=8, warmup=3, repea
                     onnx_model = runner
                 note = {"onnx": "end to end (NMS in the graph)" if task == "det" else "",
                         "pt2": "raw outputs + decode step" if task == "det" else ""}.get(fmt, "")
+                if qat:
+                    note = " ".join(filter(None, ["QAT int8 QDQ" if fmt == "onnx" else "fake-quant ops", note]))
                 size_mb = size / 1e6
         except Exception as exc:  # a format that cannot hold this model is a row, not the end of the table
             if isinstance(exc, ConfigError) and "--out" in str(exc):

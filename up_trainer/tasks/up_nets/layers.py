@@ -7,6 +7,7 @@ from ...errors import ConfigError
 from .options import Options, sub_options
 
 NORMS = ("solo_bn", "freeze_bn", "caffe_freeze_bn", "sync_bn", "pt_sync_bn", "link_sync_bn", "gn", "task_sync_bn")
+NORMS += ("mqbench_freeze_bn",)  # MQBench's FrozenBatchNorm2d (UP's quant files): statistics and affine fixed
 
 
 class StatsFrozenBatchNorm2d(nn.BatchNorm2d):
@@ -41,6 +42,11 @@ def norm_layer(opts, default="solo_bn"):
 
         kw.done()
         return partial(FrozenBatchNorm2d, eps=0.0), None  # UP's caffe variant has no eps
+    if kind == "mqbench_freeze_bn":
+        from torchvision.ops.misc import FrozenBatchNorm2d
+
+        kw.done()
+        return FrozenBatchNorm2d, None  # eps 1e-5, as MQBench's
     bn_kwargs = {}
     for key in ("eps", "momentum"):
         value = kw.take(key, None, types=(float, type(None)))
