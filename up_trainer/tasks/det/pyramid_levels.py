@@ -50,3 +50,21 @@ class ExtraLevels(ExtraFPNBlock):
             results.append(src)
             names.append(f"p{level + i}")
         return results, names
+
+
+def fpn_trunk(backbone, returned_layers, fpn_channels, extra_levels, trainable_layers, frozen_bn):
+    """(body, fpn, channels, strides) of a native detector on UP's pyramid: a torchvision
+    backbone's stages, an FPN over them and ``extra_levels`` stride-2 convs above (UP's
+    ``downsample: conv``), the strides measured."""
+    from .models import _feature_strides, build_fpn_backbone
+    from ...errors import ConfigError
+
+    if not isinstance(extra_levels, int) or isinstance(extra_levels, bool) or not 0 <= extra_levels <= 4:
+        raise ConfigError("extra_levels", f"must be an integer in [0, 4], got {extra_levels!r}")
+    body, fpn, channels = build_fpn_backbone(backbone, returned_layers, fpn_channels, "none", trainable_layers,
+                                             frozen_bn)
+    if extra_levels:
+        extra = ExtraLevels(extra_levels, "conv", channels)
+        fpn.extra_blocks = extra
+        extra.attach(fpn)
+    return body, fpn, channels, _feature_strides(body, fpn)
