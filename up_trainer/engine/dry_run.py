@@ -12,7 +12,7 @@ import time
 import torch
 
 from ..data.model_input import batch_to_model
-from .builder import resolve_path
+from ..paths import resolve_path
 from .hooks import HookList
 
 log = logging.getLogger("up")
