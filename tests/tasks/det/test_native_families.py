@@ -1,7 +1,7 @@
 """The detection families that UP's files reach have native net types too (yolov5, up_fcos,
-onenet): their digits configs resolve and dry-run, a native entry and the UP file it matches
-build the same parts (UP translation only maps kwargs onto the native builder), and a bad
-native kwarg is one line naming it."""
+onenet, cascade_rcnn / faster_rcnn_c4 / rfcn): their digits configs resolve and dry-run, a
+native entry and the UP file it matches build the same parts (UP translation only maps kwargs
+onto the native builder), and a bad native kwarg is one line naming it."""
 import os
 
 import pytest
@@ -15,7 +15,7 @@ from up_trainer.registry import MODELS
 from up_trainer.tasks.net import build_model
 from conftest import REPO, UP_FIXTURES  # noqa: E402
 
-CONFIGS = ["digits_yolov5", "digits_up_fcos", "digits_onenet"]
+CONFIGS = ["digits_yolov5", "digits_up_fcos", "digits_onenet", "digits_cascade_rcnn"]
 TINY = ["dataset.train.kwargs.num_images=4", "dataset.test.kwargs.num_images=2", "dataset.batch_size=2",
         "dataset.test_batch_size=2"]
 
@@ -38,7 +38,10 @@ def up_file_net(rel):
 
 
 def shapes(module, prefix=""):
-    return {k: tuple(v.shape) for k, v in module.state_dict().items() if k.startswith(prefix)}
+    """Parameter and buffer shapes (BatchNorm's batch counter left out: UP's freeze_bn keeps one,
+    torchvision's FrozenBatchNorm2d does not)."""
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()
+            if k.startswith(prefix) and not k.endswith("num_batches_tracked")}
 
 
 def test_yolov5_up_file_and_native_entry_build_the_same_net():
@@ -73,12 +76,41 @@ def test_up_fcos_and_onenet_heads_match_their_up_files():
     assert vars(onenet_up.criterion.matcher) == vars(onenet.criterion.matcher)
 
 
+@pytest.mark.parametrize("rel, entry", [
+    ("faster_rcnn/faster_rcnn_r50_C4_1x.yaml", {"type": "faster_rcnn_c4", "kwargs": {
+        "pool_size": 7, "rpn_channels": 512, "rpn_low_quality_thresh": 0.3, "rpn_pre_nms_top_n": [12000, 6000],
+        "rpn_post_nms_top_n": [2000, 300]}}),
+    ("rfcn/rfcn-R50-1x.yaml", {"type": "rfcn", "kwargs": {"rpn_channels": 256, "anchor_scales": [8, 16, 32],
+                                                      "rpn_low_quality_thresh": 0.1}}),
+    ("cascade_rcnn/cascade-rcnn-R50-FPN-1x.yaml", {"type": "cascade_rcnn", "kwargs": {"rpn_low_quality_thresh": 0.1}}),
+])
+def test_two_stage_up_files_and_native_entries_build_the_same_stages(rel, entry):
+    """UP's ResNet (and FPN) keep UP's names; the proposal and box stages are the native
+    builders', so their parameters and settings match the native entry's."""
+    with torch.device("meta"):
+        from_up, native = build_model(up_file_net(rel)), build_model(entry)
+
+    def stage(model, role):
+        return getattr(model, model.names[role])
+
+    for role in ("rpn", "box"):
+        assert shapes(stage(from_up, role)) == shapes(stage(native, role)), role
+    up_box, box = stage(from_up, "box"), stage(native, "box")
+    assert [vars(m) for m in up_box.matchers] == [vars(m) for m in box.matchers]
+    assert [list(c.weights) for c in up_box.coders] == [pytest.approx(list(c.weights), rel=1e-2) for c in box.coders]
+    assert (up_box.weights, up_box.ensemble) == (box.weights, box.ensemble)
+    assert vars(stage(from_up, "rpn").proposal_matcher) == vars(stage(native, "rpn").proposal_matcher)
+
+
 @pytest.mark.parametrize("entry, fragment", [
     ({"type": "yolov5", "kwargs": {"width": 12}}, "net.kwargs.width: the stem's channels: a multiple of 8"),
     ({"type": "yolov5", "kwargs": {"anchors_per_level": 2}}, "net.kwargs.anchors: required when anchors_per_level"),
     ({"type": "yolov5", "kwargs": {"act": "gelu"}}, "net.kwargs.act: 'gelu' is not one of hardswish"),
     ({"type": "up_fcos", "kwargs": {"extra_levels": 1}}, "net.kwargs.loc_ranges: required for 4 pyramid levels"),
     ({"type": "onenet", "kwargs": {"cls_loss": "ce"}}, "net.kwargs.cls_loss: 'ce' is not one of qfl, focal"),
+    ({"type": "faster_rcnn_c4", "kwargs": {"pool_size": 9}}, "net.kwargs.pool_size: expected 7 or 14, got 9"),
+    ({"type": "cascade_rcnn", "kwargs": {"stage_fg_iou": [0.5, 0.6]}},
+     "net.kwargs.stage_bg_iou: 3 values for the 2 stages"),
 ])
 def test_bad_native_kwargs_name_the_key(entry, fragment):
     with torch.device("meta"), pytest.raises(ConfigError) as info:

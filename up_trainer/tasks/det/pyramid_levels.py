@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.ops.feature_pyramid_network import ExtraFPNBlock
 
 
@@ -68,3 +69,20 @@ def fpn_trunk(backbone, returned_layers, fpn_channels, extra_levels, trainable_l
         fpn.extra_blocks = extra
         extra.attach(fpn)
     return body, fpn, channels, _feature_strides(body, fpn)
+
+
+class UPAnchorGenerator(AnchorGenerator):
+    """torchvision's generator with UP's cell anchors, spread at UP's nominal strides (not the
+    padded-image / feature-map ratio torchvision measures)."""
+
+    def __init__(self, strides, ratios, scales):
+        super().__init__(sizes=tuple(tuple(scales) for _ in strides),
+                         aspect_ratios=tuple(tuple(ratios) for _ in strides))
+        self.up_strides = list(strides)
+        with torch.device("cpu"):
+            self.cell_anchors = [cell_anchors(s, ratios, scales) for s in strides]
+
+    def grid_anchors(self, grid_sizes, strides):
+        device = self.cell_anchors[0].device
+        nominal = [[torch.tensor(s, device=device), torch.tensor(s, device=device)] for s in self.up_strides]
+        return super().grid_anchors(grid_sizes, nominal)

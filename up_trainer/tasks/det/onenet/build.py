@@ -57,13 +57,15 @@ def onenet_on_parts(backbone, neck, head, strides, anchor_ratios=(1.0,), anchor_
 
 
 def onenet(num_classes: int = 80, backbone: str = "resnet18", returned_layers: Optional[List[int]] = None,
-           fpn_channels: int = 256, extra_levels: int = 2, trainable_layers: Optional[int] = None, frozen_bn: bool = False,
+           fpn_channels: int = 256, extra_levels: int = 2, trainable_layers: Optional[int] = None,
+           frozen_bn: bool = False,
            head_convs: int = 4, head_norm: str = "bn", prior_prob: float = 0.01,
            anchor_ratios: List[float] = (1.0,), anchor_scales: List[float] = (6.0, 8.0), cls_loss: str = "qfl",
            qfl_beta: float = 2.0, focal_alpha: float = 0.25, focal_gamma: float = 2.0, cls_weight: float = 2.0,
            giou_weight: float = 2.0, l1_weight: float = 5.0, all_reduce_norm: bool = True, cost_cls: float = 2.0,
            cost_l1: float = 5.0, cost_giou: float = 2.0, cost_alpha: float = 0.25, cost_gamma: float = 2.0,
-           detections_per_img: int = 100, min_size: float = 0.0, image_mean: Optional[List[float]] = (0.485, 0.456, 0.406),
+           detections_per_img: int = 100, min_size: float = 0.0,
+           image_mean: Optional[List[float]] = (0.485, 0.456, 0.406),
            image_std: Optional[List[float]] = (0.229, 0.224, 0.225)):
     """OneNet: each ground-truth box takes its one cheapest anchor (focal class cost + L1 +
     GIoU), every other anchor is background; QFL or focal class loss, GIoU and L1 box losses;
