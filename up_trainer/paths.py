@@ -29,6 +29,15 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
+def resolve_path(path, work_dir):
+    """A path from the config (saver.save_dir, results_dir, resume_model, ...): relative ones
+    resolve against --work-dir when given, else the current directory. The one rule: the run's
+    paths (run_paths.py), the builder and the commands all resolve through it."""
+    if path is None or os.path.isabs(path):
+        return path
+    return os.path.join(work_dir or os.getcwd(), path)
+
+
 def kind_of(mode):
     """'a regular file', 'a directory', 'a FIFO (named pipe)', ... for a stat mode."""
     if stat.S_ISREG(mode):

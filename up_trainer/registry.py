@@ -240,7 +240,11 @@ def check_kwargs(obj, kwargs, path, provided=()):
 HOOKS = Registry("hook", ["up_trainer.hooks"], entry_keys=("type", "kwargs", "priority", "name"))
 MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det.models",
                              "up_trainer.tasks.det.yolox", "up_trainer.tasks.det.atss",
-                             "up_trainer.tasks.ssl.models"])
+                             "up_trainer.tasks.ssl.models",
+                             "up_trainer.tasks.det.yolov5",
+                             "up_trainer.tasks.det.fcos",
+                             "up_trainer.tasks.det.onenet",
+                             "up_trainer.tasks.det.rcnn"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",
                                 "up_trainer.tasks.det.lvis_dataset",

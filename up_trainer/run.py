@@ -235,7 +235,8 @@ def run_outputs(cfg, run_dir, work_dir, extra=()):
 
 def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, device, handle_signals=True,
               on_built=None):
-    from .engine.builder import build_trainer, resolve_path, restore
+    from .engine.builder import build_trainer, restore
+    from .paths import resolve_path
 
     if is_main:
         write_resolved_config(cfg, run_dir)
@@ -318,7 +319,8 @@ def write_eval_results(trainer, metrics, echo=True):
 
 
 def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, config_files=(), tta=None):
-    from .engine.builder import build_trainer, resolve_path
+    from .engine.builder import build_trainer
+    from .paths import resolve_path
     from .engine.checkpoint_fit import load_fitting_weights
     from .data.label_map import adopt_recorded
     from .engine.checkpoint_load import inference_weights

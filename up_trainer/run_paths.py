@@ -3,12 +3,14 @@ hook's output folders (Hook.output_dirs). The output guard (paths.py) checks the
 anything starts and the directory locks (run_lock.py) hold them for the run, so the two can
 never disagree about which folders a run writes.
 
-Paths resolve by one rule (engine/builder.resolve_path, which the builder uses too): saver
+Paths resolve by one rule (paths.resolve_path, which the builder uses too): saver
 paths against ``--work-dir`` when given, else the current directory; a hook's folders against
 the run dir.
 """
 import os
 from dataclasses import dataclass, field
+
+from .paths import resolve_path
 
 
 @dataclass(frozen=True)
@@ -30,20 +32,16 @@ class RunPaths:
 
     @classmethod
     def of(cls, cfg, work_dir=None, evaluate_only=False):
-        from .engine.builder import resolve_path
-
         run_dir = work_dir or os.getcwd()
+        hook_dirs = tuple(_hook_dirs(cfg, run_dir))
         saver = cfg["saver"]
         evaluates = evaluate_only or (cfg["dataset"].get("test") is not None and cfg["trainer"].get("is_eval", True))
         results = saver.get("results_dir") if evaluates and saver.get("save_result", True) else None
         return cls(work_dir, run_dir, None if evaluate_only else resolve_path(saver["save_dir"], work_dir),
-                   resolve_path(results, work_dir) if results else None, tuple(_hook_dirs(cfg, run_dir)),
-                   evaluate_only)
+                   resolve_path(results, work_dir) if results else None, hook_dirs, evaluate_only)
 
     def resolve(self, path):
         """A path from the config (saver.resume_model, pretrain_model) as the builder reads it."""
-        from .engine.builder import resolve_path
-
         return resolve_path(path, self.work_dir)
 
     def own_dirs(self):

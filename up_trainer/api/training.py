@@ -69,8 +69,7 @@ def train(config, *, work_dir=None, resume=None, device=None, hooks=(), opts=(),
     kept = {}
 
     def on_built(trainer):
-        for hook in extra:
-            trainer.hooks.add(hook)
+        add_hooks(trainer, extra)
         kept["trainer"] = trainer
 
     interrupted = None
@@ -117,13 +116,13 @@ def build_trainer(config, *, work_dir=None, device=None, with_optim=True, hooks=
         trainer = build(cfg.to_dict(), work_dir=_path_arg(work_dir, "work_dir"), device=checked_device(device),
                         with_optim=bool(with_optim))
     trainer.handle_signals = False
-    for hook in extra:
-        trainer.hooks.add(hook)
+    add_hooks(trainer, extra)
     return trainer
 
 
 # -- arguments ----------------------------------------------------------------------------------
 def checked_hooks(hooks):
+    from ..engine.hook_keys import object_keys
     from ..engine.hooks import Hook
 
     if hooks is None:
@@ -143,7 +142,18 @@ def checked_hooks(hooks):
         if id(hook) in seen:
             raise ConfigError(join_path("hooks", i), "the same hook object is listed twice")
         seen.add(id(hook))
+    object_keys(hooks)  # two unnamed objects of one class with state: refused before anything is built
     return list(hooks)
+
+
+def add_hooks(trainer, hooks):
+    """Add the API's hook objects under stable state keys (their ``name``, else their class),
+    never a position suffix: a reordered list hands each its own saved state on resume."""
+    from ..engine.hook_keys import object_keys
+
+    keys = object_keys(hooks, {h.name: type(h).keeps_state() for h in trainer.hooks})
+    for hook, key in zip(hooks, keys):
+        trainer.hooks.add(hook, name=key, type_name=type(hook).__name__)
 
 
 def checked_device(device):

@@ -10,6 +10,7 @@ from ..data.packed_records import PackedIndex
 from ..data.label_map import one_label_map
 from ..data.validation import require_training_data
 from ..errors import CheckpointError, ConfigError, join_path
+from ..paths import resolve_path
 from ..protocols import (ChecksBatchSize, ChecksPretrained, HasHeads, LoadsFiles, ReadsInputs, SavesScores,
                          TranslatesUpWeights, UsesContext)
 from ..registry import DATASETS, EVALUATORS, HOOKS, import_user_modules
@@ -21,13 +22,6 @@ from .rng import seed_everything
 from .speed import batch_memory_format, prepare_model, set_backend_flags
 
 log = logging.getLogger("up")
-
-
-def resolve_path(path, work_dir):
-    """Relative config paths resolve against --work-dir when given, else the current directory."""
-    if path is None or os.path.isabs(path):
-        return path
-    return os.path.join(work_dir or os.getcwd(), path)
 
 
 def pick_device(flag, runtime_cfg):

@@ -12,8 +12,8 @@ import time
 import torch
 
 from ..data.model_input import batch_to_model
+from ..paths import resolve_path
 from ..protocols import EvaluatesTasks
-from .builder import resolve_path
 from .hooks import HookList
 
 log = logging.getLogger("up")

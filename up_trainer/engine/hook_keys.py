@@ -74,3 +74,19 @@ def saved_state_for(hooks, states):
                               f"unknown; give the hooks these names (`name: {legacy[0]}`, ...) in the order "
                               "of the run that saved it")
     return found
+
+
+def object_keys(hooks, taken=None, path="hooks"):
+    """The state key of each hook object the Python API adds (``train(..., hooks=[...])``):
+    its ``name`` attribute when set, else its class name, on the rules of :func:`entry_keys`
+    (two unnamed objects of one class that keep state are refused: their keys could only be
+    positions). ``taken``: {state key: keeps state} of the run's own hooks; a key of theirs is
+    refused for an object when either keeps state."""
+    entries = [{"type": type(h).__name__} if h.name is None else {"type": type(h).__name__, "name": h.name}
+               for h in hooks]
+    keys = entry_keys(entries, [type(h) for h in hooks], path)
+    for i, (hook, key) in enumerate(zip(hooks, keys)):
+        if taken and key in taken and (taken[key] or type(hook).keeps_state()):
+            raise ConfigError(join_path(path, i), f"{key!r} is already the state key of the config's hook {key}",
+                              f"give this object its own name before passing it: hook.name = '{key}_b'")
+    return keys

@@ -77,7 +77,7 @@ def evaluate_exported(cfg, model, trainer=None, work_dir=None):
 
 def run_eval_model(cfg, path, *, work_dir=None, config_files=(), tta=None):
     """``up eval --model FILE``: metrics printed and written as ``up eval`` writes them."""
-    from ..engine.builder import resolve_path
+    from ..paths import resolve_path
     from ..paths import guard_output_dir
     from ..run import _output_names, setup_logging, write_eval_results
 

@@ -1,6 +1,7 @@
 """Box code shared by the detection families of our own (YOLOX, the ATSS RetinaNet, FCOS, the
 two-stage nets): one padded input tensor from a batch, the targets a forward reads, the paired
-IoU with one eps convention, UP's box coder, and the positive count averaged over processes."""
+IoU with one eps convention, UP's box coder, the positive count averaged over processes, and
+Quality Focal Loss (the ATSS RetinaNet's and OneNet's class loss)."""
 import torch
 import torch.nn.functional as F
 from torchvision.models.detection._utils import BoxCoder
@@ -59,3 +60,15 @@ def mean_over_processes(value):
         dist.all_reduce(value)
         value = value / dist.get_world_size()
     return max(float(value), 1.0)
+
+
+def quality_focal_loss(logits, labels, quality, beta=2.0):
+    """Summed QFL. ``logits`` [N, C]; ``labels`` [N] (0 background, 1..C, -1 ignored);
+    ``quality`` [N] the soft target of each positive at its class (read only where labels > 0)."""
+    keep = labels >= 0
+    logits, labels, quality = logits[keep], labels[keep], quality[keep]
+    target = torch.zeros_like(logits)
+    pos = (labels > 0).nonzero()[:, 0]
+    target[pos, labels[pos] - 1] = quality[pos].to(logits.dtype)
+    modulator = (target - logits.sigmoid()).abs().pow(beta)
+    return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()

@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.ops.feature_pyramid_network import ExtraFPNBlock
 
 
@@ -50,3 +51,38 @@ class ExtraLevels(ExtraFPNBlock):
             results.append(src)
             names.append(f"p{level + i}")
         return results, names
+
+
+def fpn_trunk(backbone, returned_layers, fpn_channels, extra_levels, trainable_layers, frozen_bn):
+    """(body, fpn, channels, strides) of a native detector on UP's pyramid: a torchvision
+    backbone's stages, an FPN over them and ``extra_levels`` stride-2 convs above (UP's
+    ``downsample: conv``), the strides measured."""
+    from .models import _feature_strides, build_fpn_backbone
+    from ...errors import ConfigError
+
+    if not isinstance(extra_levels, int) or isinstance(extra_levels, bool) or not 0 <= extra_levels <= 4:
+        raise ConfigError("extra_levels", f"must be an integer in [0, 4], got {extra_levels!r}")
+    body, fpn, channels = build_fpn_backbone(backbone, returned_layers, fpn_channels, "none", trainable_layers,
+                                             frozen_bn)
+    if extra_levels:
+        extra = ExtraLevels(extra_levels, "conv", channels)
+        fpn.extra_blocks = extra
+        extra.attach(fpn)
+    return body, fpn, channels, _feature_strides(body, fpn)
+
+
+class UPAnchorGenerator(AnchorGenerator):
+    """torchvision's generator with UP's cell anchors, spread at UP's nominal strides (not the
+    padded-image / feature-map ratio torchvision measures)."""
+
+    def __init__(self, strides, ratios, scales):
+        super().__init__(sizes=tuple(tuple(scales) for _ in strides),
+                         aspect_ratios=tuple(tuple(ratios) for _ in strides))
+        self.up_strides = list(strides)
+        with torch.device("cpu"):
+            self.cell_anchors = [cell_anchors(s, ratios, scales) for s in strides]
+
+    def grid_anchors(self, grid_sizes, strides):
+        device = self.cell_anchors[0].device
+        nominal = [[torch.tensor(s, device=device), torch.tensor(s, device=device)] for s in self.up_strides]
+        return super().grid_anchors(grid_sizes, nominal)

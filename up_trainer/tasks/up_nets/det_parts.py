@@ -4,61 +4,15 @@ positive count, RetinaNet over foreground classes only, and no resize or normali
 the detector (UP's data pipeline does both)."""
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.retinanet import (RetinaNet, RetinaNetClassificationHead,
                                                     RetinaNetRegressionHead)
 from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops import sigmoid_focal_loss
 
 from ..det.pyramid_levels import ExtraLevels as UPExtraLevels  # noqa: F401  (the UP readers' name)
-from ..det.pyramid_levels import cell_anchors as up_cell_anchors
-
-
-class UPAnchorGenerator(AnchorGenerator):
-    """torchvision's generator with UP's cell anchors, spread at UP's nominal strides (not the
-    padded-image / feature-map ratio torchvision measures)."""
-
-    def __init__(self, strides, ratios, scales):
-        super().__init__(sizes=tuple(tuple(scales) for _ in strides),
-                         aspect_ratios=tuple(tuple(ratios) for _ in strides))
-        self.up_strides = list(strides)
-        with torch.device("cpu"):
-            self.cell_anchors = [up_cell_anchors(s, ratios, scales) for s in strides]
-
-    def grid_anchors(self, grid_sizes, strides):
-        device = self.cell_anchors[0].device
-        nominal = [[torch.tensor(s, device=device), torch.tensor(s, device=device)] for s in self.up_strides]
-        return super().grid_anchors(grid_sizes, nominal)
-
-
-class UPMatcher(nn.Module):
-    """UP's ``max_iou`` matcher: negative below ``neg``, positive above ``pos`` (strictly),
-    ignored between; with ``low_quality``, every anchor within 1e-3 of a box's best IoU (and
-    above ``low_thresh``) is positive too. Returns torchvision's codes (-1 negative, -2
-    ignored) so torchvision's heads consume it."""
-
-    BELOW_LOW_THRESHOLD, BETWEEN_THRESHOLDS = -1, -2
-
-    def __init__(self, pos, neg, low_quality, low_thresh=0.0):
-        super().__init__()
-        self.pos, self.neg, self.low_quality, self.low_thresh = pos, neg, low_quality, low_thresh
-
-    def forward(self, iou):  # iou: gt x anchors
-        if iou.numel() == 0:
-            raise ValueError("no ground-truth boxes or no anchors to match")
-        best, matches = iou.max(dim=0)
-        out = torch.full_like(matches, self.BETWEEN_THRESHOLDS)
-        out[best < self.neg] = self.BELOW_LOW_THRESHOLD
-        positive = best > self.pos
-        out[positive] = matches[positive]
-        if self.low_quality:
-            near = iou >= iou.max(dim=1, keepdim=True).values - 1e-3
-            if self.low_thresh > 0:
-                near &= iou > self.low_thresh
-            extra = near.any(dim=0)
-            out[extra] = matches[extra]
-        return out
+from ..det.pyramid_levels import cell_anchors as up_cell_anchors  # noqa: F401  (the UP readers' name)
+from ..det.pyramid_levels import UPAnchorGenerator  # noqa: F401  (the UP readers' name)
+from ..det.rcnn.matching import UPMatcher  # noqa: F401  (the UP readers' name)
 
 
 def _positives(matched_idxs):

@@ -27,13 +27,18 @@ def _fixed_loss(cfg, key, allowed, what):
     return weight
 
 
-def _anchors(cfg, strides):
+def anchor_lists(cfg):
+    """(ratios, scales) of a ``hand_craft`` anchor generator."""
     _, kw = typed_part(cfg, "anchor_generator", ("hand_craft",), "anchor generator")
     ratios = kw.take("anchor_ratios", types=list)
     scales = kw.take("anchor_scales", types=list)
     kw.take("anchor_strides", None, only=None, why="the strides are the feature pyramid's")
     kw.done()
-    return UPAnchorGenerator(strides, [float(r) for r in ratios], [float(s) for s in scales])
+    return [float(r) for r in ratios], [float(s) for s in scales]
+
+
+def _anchors(cfg, strides):
+    return UPAnchorGenerator(strides, *anchor_lists(cfg))
 
 
 def _matcher(kw):

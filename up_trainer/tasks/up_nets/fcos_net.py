@@ -20,8 +20,8 @@ def _ranges(value):
 
 
 def read_fcos_head(opts, fpn):
-    from ..det.fcos import FcosHead
-
+    """The head's kwargs of :func:`up_trainer.tasks.det.fcos.fcos_on_trunk`, the class count
+    (with the background), the ranges and UP's initializer (applied once the head is built)."""
     levels = len(fpn.out_strides)
     opts.take("inplanes", fpn.out_channels, types=(list, int))
     num_conv = opts.take("num_conv", 4, types=int, check=lambda v: None if v >= 0 else "must be >= 0")
@@ -39,15 +39,12 @@ def read_fcos_head(opts, fpn):
         norm = norm_layer(opts)[0]
     same_value(opts, "has_mask", False, "no instance masks: boxes only (CondInst is not mapped)")
     opts.done()
-    head = FcosHead(fpn.out_channels, n - 1, levels, feat, num_conv, norm, prior)
-    initialize(head, init)
-    head.init_prior()
-    return head, n, ranges
+    return dict(num_classes=n - 1, head_channels=feat, head_convs=num_conv, norm=norm, prior_prob=prior,
+                loc_ranges=ranges), n, ranges, init
 
 
-def read_fcos_post(opts, n, ranges, strides):
-    from ..det.fcos import FcosCriterion, FcosPostprocess
-
+def read_fcos_post(opts, n, ranges):
+    """The targets', losses' and decode's kwargs of :func:`up_trainer.tasks.det.fcos.fcos_on_trunk`."""
     same_value(opts, "num_classes", n, "the head's num_classes")
     same_value(opts, "dense_points", 1, "one point per cell")
     opts.take("loc_ranges", ranges, types=list, only=ranges, why="the head's loc_ranges")
@@ -96,22 +93,25 @@ def read_fcos_post(opts, n, ranges, strides):
     per_img = merger.take("top_n", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     nms = _nms_thresh(merger)
     merger.done(), pred.done(), cfg.done(), opts.done()
-    criterion = FcosCriterion(strides, ranges, alpha, gamma, radius, center_sample, norm_on_bbox,
-                              cls_weight, loc_weight, center_weight)
-    return criterion, FcosPostprocess(strides, score, top, nms, per_img, norm_on_bbox)
+    return dict(center_sample=center_sample, pos_radius=radius, norm_on_bbox=norm_on_bbox, focal_alpha=alpha,
+                focal_gamma=gamma, cls_weight=cls_weight, giou_weight=loc_weight, centerness_weight=center_weight,
+                score_thresh=score, pre_nms_top_n=top, nms_thresh=nms, detections_per_img=per_img)
 
 
 def build_fcos_net(net_cfg, path):
-    from ..det.fcos import FcosModel
+    """UP's ResNet and FPN (UP's weight names), the rest mapped onto the native ``up_fcos`` kwargs."""
+    from ..det.fcos import fcos_on_trunk
 
     opts = entry_options(net_cfg, path)
     trunk, sync = build_resnet(net_cfg[0]["type"], opts[0])
     if trunk.out_layers != list(range(trunk.out_layers[0], 5)):
         raise ConfigError(opts[0].at("out_layers"), f"{trunk.out_layers}: an FPN needs consecutive stages up to 4")
     fpn = read_fpn(opts[1], trunk)
-    head, n, ranges = read_fcos_head(opts[2], fpn)
-    criterion, post = read_fcos_post(opts[3], n, ranges, fpn.out_strides)
-    model = FcosModel(trunk, fpn, head, criterion, post, fpn.out_strides)
+    head, n, ranges, init = read_fcos_head(opts[2], fpn)
+    post = read_fcos_post(opts[3], n, ranges)
+    model = fcos_on_trunk(trunk, fpn, fpn.out_channels, fpn.out_strides, **head, **post)
+    initialize(model.roi_head, init)
+    model.roi_head.init_prior()
     up_model_attrs(model, net_cfg, path, 2, sync)
     n_in = len(trunk.out_layers)
     names = model.up_part_names

@@ -14,8 +14,6 @@ or refused in one line:
   ``alpha``, ``gamma``; ``easy_match: false``, UP's Hungarian assignment through scipy, is
   refused); ``roi_predictor`` ``onenet`` (``topk_boxes``, ``min_size``).
 """
-from functools import partial
-
 from ...errors import ConfigError, join_path
 from .atss_net import FAMILY, read_trunk_fpn_head, with_up_records
 from .options import entry_options, loss_weight, typed_part
@@ -83,14 +81,21 @@ def read_onenet_post(opts, num_classes):
     if num_anchors is not None and num_anchors != len(ratios) * len(scales):
         raise ConfigError(opts.at("num_anchors"), f"{num_anchors} but anchor_ratios x anchor_scales give "
                           f"{len(ratios) * len(scales)}")
-    return dict(use_qfl=use_qfl, l1_weight=l1_weight, all_reduce=all_reduce, cls_fn=cls_fn, cls_weight=cls_weight,
-                giou_weight=giou_weight, ratios=ratios, scales=scales, matcher=matcher, predictor=predictor)
+    kind_fn, fn_kwargs = cls_fn
+    loss = dict(cls_loss="qfl", qfl_beta=fn_kwargs["beta"]) if kind_fn == "qfl" else \
+        dict(cls_loss="focal", focal_alpha=fn_kwargs["alpha"], focal_gamma=fn_kwargs["gamma"])
+    return dict(anchor_ratios=ratios, anchor_scales=scales, **loss, cls_weight=cls_weight, giou_weight=giou_weight,
+                l1_weight=l1_weight, all_reduce_norm=all_reduce, cost_cls=matcher["cost_cls"],
+                cost_l1=matcher["cost_l1"], cost_giou=matcher["cost_giou"], cost_alpha=matcher["alpha"],
+                cost_gamma=matcher["gamma"], detections_per_img=predictor["topk_boxes"],
+                min_size=predictor["min_size"])
 
 
 def build_onenet_net(net_cfg, path):
-    from ..det.atss import RetinaPlusModel, box_coder, quality_focal_loss
-    from ..det.onenet import OneNetCriterion, OneNetMatcher, OneNetPredictor, sigmoid_focal_sum
-    from .det_parts import up_cell_anchors
+    """UP's ResNet, FPN and head (UP's weight names), ``onenet_post`` mapped onto the native
+    ``onenet`` kwargs of :func:`up_trainer.tasks.det.onenet.onenet_on_parts`; the data pipeline
+    normalises (no image_mean / image_std in the model)."""
+    from ..det.onenet import onenet_on_parts
 
     opts = entry_options(net_cfg, path)
     kind = net_cfg[0]["type"]
@@ -99,16 +104,9 @@ def build_onenet_net(net_cfg, path):
                           "mapped", "RetinaHeadWithBN or RetinaSubNet")
     trunk, sync, fpn, levels, head, num_classes, head_sync = read_trunk_fpn_head(net_cfg, opts)
     post = read_onenet_post(opts[3], num_classes)
-    if len(post["ratios"]) * len(post["scales"]) != head.num_anchors:
+    anchors = len(post["anchor_ratios"]) * len(post["anchor_scales"])
+    if anchors != head.num_anchors:
         raise ConfigError(opts[2].at("num_anchors"), f"{head.num_anchors} but anchor_ratios x anchor_scales give "
-                          f"{len(post['ratios']) * len(post['scales'])}")
-    coder = box_coder()
-    kind_fn, fn_kwargs = post["cls_fn"]
-    cls_loss = partial(quality_focal_loss, **fn_kwargs) if kind_fn == "qfl" else \
-        partial(sigmoid_focal_sum, **fn_kwargs)
-    criterion = OneNetCriterion(coder, OneNetMatcher(**post["matcher"]), cls_loss, post["use_qfl"],
-                                post["cls_weight"], post["giou_weight"], post["l1_weight"], post["all_reduce"])
-    cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
-    model = RetinaPlusModel(trunk, fpn, head, criterion, OneNetPredictor(coder, **post["predictor"]),
-                            fpn.out_strides, cells)
+                          f"{anchors}")
+    model = onenet_on_parts(trunk, fpn, head, fpn.out_strides, **post)
     return with_up_records(model, net_cfg, path, kind, trunk, fpn, levels, sync if sync is not None else head_sync)

@@ -131,19 +131,24 @@ def read_num_classes(opts, key="num_classes"):
     return opts.take(key, types=int, check=lambda v: None if v >= 2 else "counts the background too: at least 2")
 
 
+def read_activation_name(opts, family, default):
+    """UP's ``act_fn: {type, kwargs}`` of a YOLOv5 / YOLOv6 part (``default`` type when absent) as
+    the native name: hardswish, relu, silu or leakyrelu (UP's slope 0.1)."""
+    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": default})
+    key = str(kind).lower().replace("_", "")
+    if key not in ("hardswish", "relu", "silu", "leakyrelu"):
+        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for {family}",
+                          "supported: Hardswish, ReLU, Silu, LeakyReLU")
+    kw.ignore("inplace", "no effect on the values")
+    kw.done()
+    return key
+
+
 def read_activation(opts, family, default):
-    """UP's ``act_fn: {type, kwargs}`` of a YOLOv5 / YOLOv6 part (``default`` type when absent):
-    the activation's constructor. LeakyReLU takes UP's slope 0.1."""
+    """The constructor of the activation :func:`read_activation_name` reads."""
     from functools import partial
 
     from torch import nn
 
     acts = {"hardswish": nn.Hardswish, "relu": nn.ReLU, "silu": nn.SiLU, "leakyrelu": partial(nn.LeakyReLU, 0.1)}
-    kind, kw = sub_options(opts, "act_fn", "activation", default={"type": default})
-    key = str(kind).lower().replace("_", "")
-    if key not in acts:
-        raise ConfigError(opts.at("act_fn.type"), f"UP activation {kind!r} is not mapped for {family}",
-                          "supported: Hardswish, ReLU, Silu, LeakyReLU")
-    kw.ignore("inplace", "no effect on the values")
-    kw.done()
-    return acts[key]
+    return acts[read_activation_name(opts, family, default)]

@@ -17,8 +17,8 @@ from .det_readers import _nms_thresh
 from .keymap import backbone_rules, fpn_rules, translate
 from .layers import initialize, read_initializer
 from .options import entry_options, read_num_classes, typed_part
-from .two_stage_readers import read_bbox_post, read_cls_loss, read_loc_loss, read_roipooling, read_rpn, \
-    read_stage_matchers, read_stage_stds, read_supervisor
+from .two_stage_readers import matcher_kwargs, read_bbox_post, read_cls_loss, read_loc_loss, read_roipooling, \
+    read_rpn, read_stage_matchers, read_stage_stds, read_supervisor
 
 
 # -- two-stage: C4 Faster R-CNN, R-FCN, Cascade R-CNN --------------------------------------------
@@ -47,34 +47,39 @@ def _single_map(trunk, opts, what):
     return trunk.out_planes[0], trunk.out_strides[0]
 
 
-def _res5_layer(opts, arch, in_planes, stride):
-    """ResNet stage 5 of ``arch`` taking ``in_planes`` channels, first block of ``stride``."""
+def _res5_builder(opts, arch, in_planes):
+    """Reads BboxRes5's stage-5 settings; returns the builder of that stage (ResNet stage 5 of
+    ``arch`` taking ``in_planes`` channels, first block of a given stride), run when the net is
+    assembled (after the proposal stage, as UP builds them)."""
     import torchvision
 
+    from ..det.rcnn.build import res5_at_stride
     from .layers import norm_layer
 
     if arch not in RES5_BACKBONES:
         raise ConfigError(opts.at("backbone"), f"{arch!r} is not mapped for BboxRes5",
                           f"supported: {', '.join(RES5_BACKBONES)}")
     norm, _ = norm_layer(opts, default="freeze_bn")
-    layer4 = torchvision.models.get_model(arch, weights=None, norm_layer=norm).layer4
-    first = layer4[0]
-    conv = first.conv2 if hasattr(first, "conv3") else first.conv1  # torchvision strides the 3x3 conv
-    conv.stride = (stride, stride)
-    first.downsample[0].stride = (stride, stride)
-    if first.downsample[0].in_channels != in_planes:
-        raise ConfigError(opts.at("inplanes"), f"stage 5 of {arch} takes {first.downsample[0].in_channels} "
-                          f"channels, the backbone gives {in_planes}")
-    return layer4, first.downsample[0].out_channels
+    at = opts.at("inplanes")
+
+    def build(stride):
+        layer4 = res5_at_stride(torchvision.models.get_model(arch, weights=None, norm_layer=norm).layer4, stride)
+        first = layer4[0]
+        if first.downsample[0].in_channels != in_planes:
+            raise ConfigError(at, f"stage 5 of {arch} takes {first.downsample[0].in_channels} "
+                              f"channels, the backbone gives {in_planes}")
+        return layer4, first.downsample[0].out_channels
+
+    return build
 
 
-def _box_stage(net, matcher, stds, batch, frac, post):
-    from ..det.box_ops import box_coder
-    from ..det.rcnn import BoxStages
-
+def _box_kwargs(matcher, stds, batch, frac, post):
+    """The kwargs of :func:`up_trainer.tasks.det.rcnn.stages.box_stages` for one stage."""
     beta, score, nms, top = post
-    return BoxStages([net], [matcher], [box_coder(stds)], batch, frac, beta, score_thresh=score, nms_thresh=nms,
-                     detections_per_img=top)
+    m = matcher_kwargs(matcher)
+    return dict(fg_iou=[m["fg_iou"]], bg_iou=[m["bg_iou"]], low_quality=m["low_quality"],
+                low_quality_thresh=m["low_quality_thresh"], stds=[stds], batch_size=batch, positive_fraction=frac,
+                smooth_l1_beta=beta, score_thresh=score, nms_thresh=nms, detections_per_img=top)
 
 
 def read_c4(opts, planes, stride):
@@ -101,11 +106,15 @@ def read_c4(opts, planes, stride):
     _, size, sampling = pooling
     if size % 7:
         raise ConfigError(pre_cfg.at("roipooling.pool_size"), f"{size}: UP's res5 head takes 7 or 14 (stride 1 or 2)")
-    layer4, out = _res5_layer(head, arch, planes, size // 7)
+    res5 = _res5_builder(head, arch, planes)
     head.done()
-    initialize(layer4, init)
-    net = Res5Head(layer4, out, n, size, stride, sampling, agnostic)
-    return _box_stage(net, matcher, stds, batch, frac, read_bbox_post(post, stds, agnostic)), n
+
+    def nets():
+        layer4, out = res5(size // 7)
+        initialize(layer4, init)
+        return [Res5Head(layer4, out, n, size, stride, sampling, agnostic)]
+
+    return nets, _box_kwargs(matcher, stds, batch, frac, read_bbox_post(post, stds, agnostic)), n
 
 
 def read_rfcn(opts, planes, stride):
@@ -130,9 +139,13 @@ def read_rfcn(opts, planes, stride):
     relu = cfg.take("add_relu_after_feature_conv", False, types=bool)
     cfg.done(), head.done()
     _, size, sampling = pooling
-    net = RFCNHead(planes, feat, n, size, stride, sampling, agnostic, relu)
-    initialize(net, init)
-    return _box_stage(net, matcher, stds, batch, frac, read_bbox_post(post, stds, agnostic)), n
+
+    def nets():
+        net = RFCNHead(planes, feat, n, size, stride, sampling, agnostic, relu)
+        initialize(net, init)
+        return [net]
+
+    return nets, _box_kwargs(matcher, stds, batch, frac, read_bbox_post(post, stds, agnostic)), n
 
 
 def _ps_pooling(cfg):
@@ -146,8 +159,7 @@ def _ps_pooling(cfg):
 
 
 def read_cascade(head, fpn):
-    from ..det.box_ops import box_coder
-    from ..det.rcnn import BoxStages, FCHead
+    from ..det.rcnn import FCHead
 
     head.take("inplanes", fpn.out_channels, types=(list, int))
     feat = head.take("feat_planes", types=int, check=lambda v: None if v >= 1 else "must be >= 1")
@@ -189,12 +201,17 @@ def read_cascade(head, fpn):
     nms = _nms_thresh(pred)
     top = pred.take("top_n", 100, types=int, check=lambda v: None if v >= 1 else "must be >= 1")
     pred.done(), cfg.done(), head.done()
-    nets = [FCHead(levels, fpn.out_channels, feat, n, size, sampling, agnostic) for _ in range(stages)]
-    for net in nets:
-        initialize(net, init)
-        net.init_outputs()  # UP: the class and box layers always start at N(0, 0.01) / N(0, 0.001)
-    return BoxStages(nets, matchers, [box_coder(s) for s in stds], batch, frac, beta, [float(w) for w in weights],
-                     ensemble, score, nms, top), n
+
+    def nets():
+        built = [FCHead(levels, fpn.out_channels, feat, n, size, sampling, agnostic) for _ in range(stages)]
+        for net in built:
+            initialize(net, init)
+            net.init_outputs()  # UP: the class and box layers always start at N(0, 0.01) / N(0, 0.001)
+        return built
+
+    return nets, dict(**matchers, stds=stds, batch_size=batch, positive_fraction=frac, smooth_l1_beta=beta,
+                      stage_weights=[float(w) for w in weights], test_ensemble=ensemble, score_thresh=score,
+                      nms_thresh=nms, detections_per_img=top), n
 
 
 # UP's names of the box heads' parameters -> ours (BoxStages keeps its nets under nets.{stage})
@@ -206,7 +223,9 @@ BOX_HEAD_RULES = {
 
 
 def build_two_stage_net(shape, net_cfg, path):
-    from ..det.rcnn import TwoStageModel
+    """UP's ResNet, FPN and box nets (UP's weight names); the proposal and box stages' kwargs
+    mapped onto the native builders' (:func:`up_trainer.tasks.det.rcnn.build.two_stage`)."""
+    from ..det.rcnn.build import two_stage
 
     opts = entry_options(net_cfg, path)
     names = [e["name"] for e in net_cfg]
@@ -218,17 +237,17 @@ def build_two_stage_net(shape, net_cfg, path):
         neck = read_fpn(opts[1], trunk)
         strides, channels = neck.out_strides, neck.out_channels
         rpn = read_rpn(opts[2], opts[3], strides, channels)
-        box, n = read_cascade(opts[4], neck)
+        nets, box, n = read_cascade(opts[4], neck)
         roles = dict(backbone=names[0], neck=names[1], rpn=names[2], box=names[4])
         classes_entry = 4
     else:
         channels, stride = _single_map(trunk, opts[0], "the C4 / R-FCN head")
         strides = [stride]
         rpn = read_rpn(opts[1], opts[2], strides, channels)
-        box, n = (read_c4 if shape == "c4" else read_rfcn)(opts[3:], channels, stride)
+        nets, box, n = (read_c4 if shape == "c4" else read_rfcn)(opts[3:], channels, stride)
         roles = dict(backbone=names[0], neck=None, rpn=names[1], box=names[4])
         classes_entry = 4
-    model = TwoStageModel(roles, trunk, neck, rpn, box, n - 1, strides)
+    model = two_stage(roles, trunk, neck, strides, rpn, nets, box, n - 1)
     up_model_attrs(model, net_cfg, path, classes_entry, sync)
     rules = {names[0]: backbone_rules(net_cfg[0]["type"]), roles["box"]: BOX_HEAD_RULES[shape]}
     if neck is not None:

@@ -1,9 +1,8 @@
 """Read the kwargs of UP's two-stage parts (NaiveRPN + rpn_post / retina_post, BboxRes5_Pre +
-BboxRes5, BboxRFCN_Pre + BboxRFCN, bbox_post, CascadeFC) into :mod:`..det.rcnn` pieces.
-Each option is honoured or refused in one line with its path."""
+BboxRes5, BboxRFCN_Pre + BboxRFCN, bbox_post, CascadeFC) into the native kwargs of
+:mod:`up_trainer.tasks.det.rcnn.stages`. Each option is honoured or refused in one line with its path."""
 from ...errors import ConfigError
-from .det_readers import _anchors, _bbox_normalize, _matcher, _nms_thresh
-from .det_parts import UPMatcher
+from .det_readers import _bbox_normalize, _matcher, _nms_thresh, anchor_lists
 from .layers import read_initializer
 from .options import loss_weight, typed_part
 
@@ -40,10 +39,8 @@ def read_loc_loss(cfg, what):
 
 
 def read_rpn(head, post, strides, in_channels):
-    """UPRegionProposals from NaiveRPN + rpn_post (or retina_post used as the proposal stage)."""
-    from ..det.rcnn import UPRegionProposals
-    from ..det.rcnn.proposals import UPRPNHead
-
+    """The kwargs of :func:`up_trainer.tasks.det.rcnn.stages.region_proposals` from NaiveRPN +
+    rpn_post (or retina_post used as the proposal stage)."""
     levels = len(strides)
     head.take("inplanes", in_channels, types=(list, int))
     feat = head.take("feat_planes", in_channels, types=int, check=_positive)
@@ -64,10 +61,10 @@ def read_rpn(head, post, strides, in_channels):
     cfg = post.sub("cfg")
     cls_weight = read_cls_loss(cfg, RPN_CLS_LOSSES, "RPN classification loss")
     beta, loc_weight = read_loc_loss(cfg, "RPN localisation loss")
-    anchors = _anchors(cfg, strides)
-    if anchors.num_anchors_per_location()[0] != num_anchors:
+    ratios, scales = anchor_lists(cfg)
+    if len(ratios) * len(scales) != num_anchors:
         raise ConfigError(head.at("num_anchors"), f"{num_anchors} but the anchor generator gives "
-                          f"{anchors.num_anchors_per_location()[0]}")
+                          f"{len(ratios) * len(scales)}")
     _, sup = typed_part(cfg, "roi_supervisor", ("rpn",), "RPN supervisor")
     border = sup.take("allowed_border", -1, types=int)
     matcher = _matcher(sup)
@@ -98,14 +95,19 @@ def read_rpn(head, post, strides, in_channels):
         raise ConfigError(cfg.at("test"), "NMS and score thresholds that differ between train and test are "
                           "not mapped (torchvision's RPN has one of each)")
     cfg.done(), post.done()
-    rpn = UPRegionProposals(
-        anchors, UPRPNHead(in_channels, feat, num_anchors, init[1]), 0.7, 0.3, batch, frac,
-        dict(training=phases["train"]["pre"], testing=phases["test"]["pre"]),
-        dict(training=phases["train"]["top"], testing=phases["test"]["top"]),
-        phases["train"]["nms"], phases["train"]["score"], beta=beta, allowed_border=border,
-        cls_weight=cls_weight, loc_weight=loc_weight, per_positive=post.what == "retina_post")
-    rpn.proposal_matcher = matcher
-    return rpn
+    return dict(in_channels=in_channels, strides=list(strides), anchor_ratios=ratios, anchor_scales=scales,
+                rpn_channels=feat, rpn_init_std=init[1], **matcher_kwargs(matcher, "rpn_"), rpn_batch_size=batch,
+                rpn_positive_fraction=frac, rpn_pre_nms_top_n=[phases["train"]["pre"], phases["test"]["pre"]],
+                rpn_post_nms_top_n=[phases["train"]["top"], phases["test"]["top"]],
+                rpn_nms_thresh=phases["train"]["nms"], rpn_score_thresh=phases["train"]["score"],
+                rpn_smooth_l1_beta=beta, rpn_allowed_border=border, rpn_cls_weight=cls_weight,
+                rpn_loc_weight=loc_weight, rpn_per_positive=post.what == "retina_post")
+
+
+def matcher_kwargs(matcher, prefix=""):
+    """A read UPMatcher as the native kwargs (``fg_iou``, ``bg_iou``, ``low_quality``, ...)."""
+    return {f"{prefix}fg_iou": matcher.pos, f"{prefix}bg_iou": matcher.neg, f"{prefix}low_quality": matcher.low_quality,
+            f"{prefix}low_quality_thresh": matcher.low_thresh}
 
 
 def read_supervisor(pre_cfg):
@@ -153,7 +155,7 @@ def read_bbox_post(post, stds, agnostic):
 
 
 def read_stage_matchers(sup, num_stage):
-    """Per-stage UPMatchers of a cascade supervisor's ``stage_matcher`` (threshold lists)."""
+    """The stages' matching kwargs of a cascade supervisor's ``stage_matcher`` (threshold lists)."""
     _, m = typed_part(sup, "stage_matcher", ("max_iou",), "matcher")
 
     def per_stage(key):
@@ -168,7 +170,7 @@ def read_stage_matchers(sup, num_stage):
     low = m.take("allow_low_quality_match", False, types=bool)
     low_thresh = m.take("low_quality_thresh", 0.0, types=float)
     m.done()
-    return [UPMatcher(p, n, low, low_thresh) for p, n in zip(pos, neg)]
+    return dict(fg_iou=pos, bg_iou=neg, low_quality=low, low_quality_thresh=low_thresh)
 
 
 def read_stage_stds(opts, key, num_stage):

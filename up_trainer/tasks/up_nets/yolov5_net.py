@@ -16,7 +16,7 @@ import torch
 
 from ...errors import ConfigError, join_path
 from .keymap import entry_prefixes
-from .options import entry_options, read_activation, sub_options, typed_part
+from .options import entry_options, read_activation_name, sub_options, typed_part
 
 PARTS = ("DarkNetv5", "DarknetPAFPN", "YoloV5Head", "yolov5_post")
 FAMILY = "YOLOv5"
@@ -41,8 +41,7 @@ def _strides(opts, key="out_strides"):
 
 
 def read_backbone(opts):
-    from ..det.yolov5 import DarkNetv5
-
+    """The backbone's native kwargs (:func:`up_trainer.tasks.det.yolov5.yolov5`) and its init flag."""
     planes = opts.take("init_planes", types=int, check=lambda v: None if 8 <= v <= 1024 and v % 8 == 0 else
                        "a multiple of 8 in [8, 1024]")
     nums = opts.take("csp1_block_nums", types=list, check=lambda v: None if len(v) == 4 and all(
@@ -54,25 +53,24 @@ def read_backbone(opts):
               why="UP's YOLOv5 files use the v5 Focus stem; v4_focus / stem_focus are not mapped for DarkNetv5")
     opts.take("out_layers", [2, 3, 4], types=list, only=[2, 3, 4], why="DarknetPAFPN takes stages 2, 3, 4")
     _strides(opts)
-    act = read_activation(opts, "YOLOv5", "Hardswish")
+    act = read_activation_name(opts, "YOLOv5", "Hardswish")
     init = _common(opts)
     opts.done()
-    return DarkNetv5(planes, nums, in_channels, act=act), init
+    return dict(width=planes, depths=nums, in_channels=in_channels, act=act), init
 
 
-def read_neck(opts, planes):
-    from ..det.yolov5 import DarknetPAFPN
-
-    opts.take("inplanes", planes, types=list, only=planes, why="the backbone's output channels")
+def read_neck(opts):
+    """The neck's native kwargs, its init flag and the ``inplanes`` it was given (checked once built)."""
+    planes = opts.take("inplanes", None, types=(list, type(None)))
     nums = opts.take("csp2_block_nums", types=int, check=lambda v: None if 1 <= v <= 64 else "must be in [1, 64]")
     opts.take("num_outs", 3, types=int, only=3, why="extra levels above the backbone's are not mapped")
     opts.take("outplanes", -1, types=(int, list), only=-1, why="the aligning output convs are not mapped")
     opts.take("downsample", "conv", types=str, only="conv", why="no extra levels")
     _strides(opts)
-    act = read_activation(opts, "YOLOv5", "Hardswish")
+    act = read_activation_name(opts, "YOLOv5", "Hardswish")
     init = _common(opts)
     opts.done()
-    return DarknetPAFPN(planes, nums, act=act), init
+    return dict(neck_depth=nums, neck_act=act), init, planes
 
 
 def _levels(opts):
@@ -88,16 +86,14 @@ def _classes(opts, want=None):
                      "counts the background too: at least 3 (UP's one-class mode, 2, is not mapped)")
 
 
-def read_head(opts, planes):
+def read_head(opts):
     num_classes = _classes(opts)
     anchors = _levels(opts)
-    opts.take("inplanes", planes, types=list, only=planes, why="the neck's output channels")
+    planes = opts.take("inplanes", None, types=(list, type(None)))
     _strides(opts)
     init = _common(opts)
     opts.done()
-    from ..det.yolov5 import YoloV5Head
-
-    return YoloV5Head(num_classes - 1, planes, STRIDES, anchors), num_classes, init
+    return dict(num_classes=num_classes - 1, anchors_per_level=anchors), num_classes, init, planes
 
 
 def _bce(cfg, key):
@@ -146,6 +142,8 @@ def read_post(opts, num_classes, per_level):
     opts.ignore("prefix", "a log label")
     cfg = opts.sub("cfg")
     anchors = _anchors(cfg, per_level, cfg.at("anchor_generator.kwargs.base_anchors_file"))
+    if not isinstance(anchors, torch.Tensor):
+        anchors = anchors.view(-1, 2).tolist()
     sup = typed_part(cfg, "roi_supervisor", ("yolov5",), "roi_supervisor", family=FAMILY)[1]
     sup.ignore("strides", "UP's yolov5_post replaces the supervisor's kwargs")
     sup.ignore("num_classes", "UP's yolov5_post replaces the supervisor's kwargs")
@@ -173,22 +171,36 @@ def read_post(opts, num_classes, per_level):
     box.done()
     cfg.done()
     opts.done()
-    return anchors, dict(loss_weights=[float(w) for w in weights], obj_layer_weights=[float(w) for w in layer]), \
-        dict(conf_thres=conf, nms_thresh=float(nms["nms_iou_thresh"]), top_n=top_n)
+    return dict(anchors=anchors, loss_weights=[float(w) for w in weights], obj_level_weights=[float(w) for w in layer],
+                score_thresh=conf, nms_thresh=float(nms["nms_iou_thresh"]), detections_per_img=top_n)
+
+
+def _given_planes(opts, given, built):
+    """UP's optional ``inplanes``: only what the previous part gives."""
+    if given is not None and given != built:
+        raise ConfigError(opts.at("inplanes"), f"{given!r} is not supported for UP's {opts.what}; only {built!r}",
+                          "the previous part's output channels")
 
 
 def build_yolov5_net(net_cfg, path):
-    from ..det.yolov5 import YoloV5Model, yolov5_init
+    """UP's kwargs mapped onto the native ``yolov5`` entry's, which builds the model."""
+    from ..det.yolov5 import yolov5, yolov5_init
 
     opts = entry_options(net_cfg, path)
-    backbone, init_b = read_backbone(opts[0])
-    neck, init_n = read_neck(opts[1], list(backbone.out_channels))
-    head, num_classes, init_h = read_head(opts[2], list(neck.out_channels))
-    anchors, criterion, predictor = read_post(opts[3], num_classes, head.num_point)
-    for part, init in ((backbone, init_b), (neck, init_n), (head, init_h)):
-        if init:
-            yolov5_init(part)
-    model = YoloV5Model(backbone, neck, head, anchors, criterion, predictor)
+    native, init_b = read_backbone(opts[0])
+    neck_kwargs, init_n, neck_planes = read_neck(opts[1])
+    head_kwargs, num_classes, init_h, head_planes = read_head(opts[2])
+    post = read_post(opts[3], num_classes, head_kwargs["anchors_per_level"])
+    if neck_kwargs["neck_act"] == native["act"]:
+        neck_kwargs["neck_act"] = None
+    inits = (init_b, init_n, init_h)
+    model = yolov5(**native, **neck_kwargs, **head_kwargs, **post, yolov5_init=all(inits))
+    _given_planes(opts[1], neck_planes, list(model.backbone.out_channels))
+    _given_planes(opts[2], head_planes, list(model.neck.out_channels))
+    if not all(inits):  # UP initialises part by part
+        for part, init in zip((model.backbone, model.neck, model.roi_head), inits):
+            if init:
+                yolov5_init(part)
     model.num_classes_counts_background = True
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = None

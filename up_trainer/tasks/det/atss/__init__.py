@@ -16,11 +16,11 @@ from torch import nn
 from ....errors import ConfigError
 from ....registry import MODELS
 from .assigner import NEGATIVE, ATSSAssigner
-from .head import RetinaPlusHead
+from ..anchor_head import RetinaPlusHead
 from ..box_ops import box_coder, paired_iou
 from .efl import EqualizedFocalLoss
 from .losses import LOSS_KEYS, RetinaPlusCriterion, quality_focal_loss
-from .model import RetinaPlusModel
+from ..anchor_model import RetinaPlusModel
 from .ota import RetinaSimOTAAssigner
 from .postprocess import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
 

@@ -20,22 +20,10 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import generalized_box_iou_loss
 
-from ..box_ops import mean_over_processes, paired_iou
+from ..box_ops import mean_over_processes, paired_iou, quality_focal_loss
 from .assigner import ATSSAssigner
 
 LOSS_KEYS = ("loss_cls", "loss_loc", "loss_iou")
-
-
-def quality_focal_loss(logits, labels, quality, beta=2.0):
-    """Summed QFL. ``logits`` [N, C]; ``labels`` [N] (0 background, 1..C, -1 ignored);
-    ``quality`` [N] the soft target of each positive at its class (read only where labels > 0)."""
-    keep = labels >= 0
-    logits, labels, quality = logits[keep], labels[keep], quality[keep]
-    target = torch.zeros_like(logits)
-    pos = (labels > 0).nonzero()[:, 0]
-    target[pos, labels[pos] - 1] = quality[pos].to(logits.dtype)
-    modulator = (target - logits.sigmoid()).abs().pow(beta)
-    return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * modulator).sum()
 
 
 def dynamic_normalizer(logits, labels, gamma, alpha=0.5):

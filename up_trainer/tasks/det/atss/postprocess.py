@@ -19,40 +19,10 @@ import torch
 from torchvision.ops import batched_nms
 
 from ....errors import ConfigError
+from ..anchor_model import flatten_outputs, grid_anchors  # noqa: F401 - the predictor's inputs, named here too
 
 PREDICTORS = ("base", "base_multicls")
 SMALL_LEVEL = 120  # UP skips the score threshold on levels with at most this many anchors
-
-
-def grid_anchors(cell_anchors, stride, height, width, device=None):
-    """[H * W * A, 4] anchors of one level: every cell anchor at every (x * stride, y * stride)."""
-    cell = cell_anchors.to(device)
-    ys, xs = torch.meshgrid(torch.arange(height, device=device, dtype=cell.dtype) * stride,
-                            torch.arange(width, device=device, dtype=cell.dtype) * stride, indexing="ij")
-    shifts = torch.stack((xs, ys, xs, ys), dim=-1).reshape(-1, 1, 4)
-    return (shifts + cell[None]).reshape(-1, 4)
-
-
-def flatten_outputs(head_out, class_first=False):
-    """Per-level maps -> cls [N, K, C], deltas [N, K, 4], iou [N, K] or None (K anchors over all
-    levels). ``class_first``: the class channels are laid out class-major (UP's
-    ``retina_post_iou``) rather than anchor-major (UP's ``retina_post``)."""
-    cls_all, loc_all, iou_all = [], [], []
-    for preds in head_out:
-        cls, loc = preds[0], preds[1]
-        n, _, h, w = cls.shape
-        a = loc.shape[1] // 4
-        c = cls.shape[1] // a
-        if class_first:
-            cls = cls.view(n, c, a, h, w).permute(0, 3, 4, 2, 1)
-        else:
-            cls = cls.view(n, a, c, h, w).permute(0, 3, 4, 1, 2)
-        cls_all.append(cls.reshape(n, h * w * a, c))
-        loc_all.append(loc.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, h * w * a, 4))
-        if len(preds) > 2:
-            iou_all.append(preds[2].permute(0, 2, 3, 1).reshape(n, h * w * a))
-    return {"cls": torch.cat(cls_all, 1), "deltas": torch.cat(loc_all, 1),
-            "iou": torch.cat(iou_all, 1) if iou_all else None}
 
 
 class RetinaPlusPredictor:

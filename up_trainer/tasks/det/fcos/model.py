@@ -25,6 +25,8 @@ class FcosModel(nn.Module):
         targets = batch_targets(batch, self.training)
         x, sizes = batch_images(batch["image"])
         feats = self.backbone(x)
+        if isinstance(feats, dict):  # a torchvision backbone's named maps (the native entry)
+            feats = list(feats.values())
         feats = list(self.neck({str(i): f for i, f in enumerate(feats)}).values())
         outputs = self.roi_head(feats)
         points = fcos_points([f.shape[-2:] for f in feats], self.strides, x.device)

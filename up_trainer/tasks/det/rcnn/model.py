@@ -38,6 +38,8 @@ class TwoStageModel(nn.Module):
         targets = batch_targets(batch, self.training)
         x, sizes = batch_images(batch["image"])
         feats = self._part("backbone")(x)
+        if isinstance(feats, dict):  # a torchvision backbone's named maps (the native entries)
+            feats = list(feats.values())
         if self.names.get("neck"):
             feats = self._part("neck")({str(i): f for i, f in enumerate(feats)})
         else:

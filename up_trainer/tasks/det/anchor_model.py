@@ -1,16 +1,50 @@
-"""RetinaPlusModel: backbone + FPN + :class:`.head.RetinaPlusHead`, ATSS-assigned QFL / GIoU
-(/ L1) / IoU-branch losses and UP's predictors, with the forward contract of the project's
-other detectors (:class:`..models.DetectionModel`, :class:`..yolox.YoloxModel`)."""
+"""RetinaPlusModel: backbone + FPN + a dense anchor head (:class:`.anchor_head.RetinaPlusHead`),
+its criterion and predictor passed in, with the forward contract of the project's other
+detectors (:class:`.models.DetectionModel`, :class:`.yolox.YoloxModel`). Shared by the families
+built on UP's anchor-based dense heads: the ATSS RetinaNet (its assigner, losses, predictors),
+OneNet (one-to-one matching, no NMS) and the YOLOv6 / YOLOX parts under UP's RetinaNet post-process.
+
+Anchors follow UP's ``hand_craft`` rule (:func:`.pyramid_levels.cell_anchors`), shifted by
+(x * stride, y * stride); ordered row, column, then anchor within the cell, levels one after
+another."""
 from collections import OrderedDict
 
 import torch
 from torch import nn
 
-from ....weights import load_fitting, load_weights, under_backbone
-from ..box_ops import batch_images
-from .postprocess import flatten_outputs, grid_anchors
+from ...weights import load_fitting, load_weights, under_backbone
+from .box_ops import batch_images
 
 
+def grid_anchors(cell_anchors, stride, height, width, device=None):
+    """[H * W * A, 4] anchors of one level: every cell anchor at every (x * stride, y * stride)."""
+    cell = cell_anchors.to(device)
+    ys, xs = torch.meshgrid(torch.arange(height, device=device, dtype=cell.dtype) * stride,
+                            torch.arange(width, device=device, dtype=cell.dtype) * stride, indexing="ij")
+    shifts = torch.stack((xs, ys, xs, ys), dim=-1).reshape(-1, 1, 4)
+    return (shifts + cell[None]).reshape(-1, 4)
+
+
+def flatten_outputs(head_out, class_first=False):
+    """Per-level maps -> cls [N, K, C], deltas [N, K, 4], iou [N, K] or None (K anchors over all
+    levels). ``class_first``: the class channels are laid out class-major (UP's
+    ``retina_post_iou``) rather than anchor-major (UP's ``retina_post``)."""
+    cls_all, loc_all, iou_all = [], [], []
+    for preds in head_out:
+        cls, loc = preds[0], preds[1]
+        n, _, h, w = cls.shape
+        a = loc.shape[1] // 4
+        c = cls.shape[1] // a
+        if class_first:
+            cls = cls.view(n, c, a, h, w).permute(0, 3, 4, 2, 1)
+        else:
+            cls = cls.view(n, a, c, h, w).permute(0, 3, 4, 1, 2)
+        cls_all.append(cls.reshape(n, h * w * a, c))
+        loc_all.append(loc.view(n, a, 4, h, w).permute(0, 3, 4, 1, 2).reshape(n, h * w * a, 4))
+        if len(preds) > 2:
+            iou_all.append(preds[2].permute(0, 2, 3, 1).reshape(n, h * w * a))
+    return {"cls": torch.cat(cls_all, 1), "deltas": torch.cat(loc_all, 1),
+            "iou": torch.cat(iou_all, 1) if iou_all else None}
 
 
 class RetinaPlusModel(nn.Module):
