@@ -11,7 +11,6 @@ student for FRS and DeFeat) become ``distill.adapt`` parts; a teacher list that 
 (backbone + FPN + NaiveRPN) is completed with the student's later entries, whose weights it
 does not need. No torch import here.
 """
-from ..distill.kinds import LOSS_SLOTS
 from ..errors import ConfigError, did_you_mean, join_path
 
 JOB_KEYS = ("mimic_ins_type", "loss_weight", "warm_up_iters", "cfgs", "student")
@@ -105,9 +104,9 @@ def _job(name, job, path, teacher_nets):
             if key != "loss":
                 raise ConfigError(join_path(join_path(path, "cfgs"), key), "is not read by UP's base mimic job",
                                   "base jobs read cfgs.loss only")
-    slots = LOSS_SLOTS.get(out["type"], {"loss": None})  # an unknown type is refused by the native reader
-    out["losses"] = {k: v for k, v in cfgs.items() if k in slots}
-    options = {k: v for k, v in cfgs.items() if k not in slots}
+    # UP's loss slots are named loss / *_loss (distill/kinds.py); the other cfgs are the type's options
+    out["losses"] = {k: v for k, v in cfgs.items() if k == "loss" or str(k).endswith("_loss")}
+    options = {k: v for k, v in cfgs.items() if k not in out["losses"]}
     if options:
         out["options"] = options
     return out, teachers

@@ -2,9 +2,9 @@
 (for the adapter that maps a student's channels onto a teacher's).
 
 UP's module paths are read too (:func:`up_module_path`): a net built from a UP net list keeps
-UP's entry names as its parts (``backbone``, ``neck``, ``roi_head``) and carries the rules
-that rename UP's parameter names inside each part onto ours (``up_weight_rules``, the ones UP
-checkpoints load through); the same rules rename a module path, so UP's FPN names
+UP's entry names as its parts (``backbone``, ``neck``, ``roi_head``) and renames a UP module
+path inside a part by the rules UP checkpoints' parameter names load through
+(``NamesUpModules``), so UP's FPN names
 ``neck.c2_lateral``, ``neck.p2_conv`` .. ``neck.p5_conv`` and ``neck.p6_pool`` / ``p6_conv``
 find torchvision's ``neck.inner_blocks.0``, ``neck.layer_blocks.0.0`` .. and
 ``neck.extra_blocks.pools.0`` / ``convs.0``, and ``backbone.layer0.0`` finds ``backbone.conv1``.
@@ -15,6 +15,7 @@ import difflib
 from torch import nn
 
 from ..errors import ConfigError
+from ..protocols import NamesUpModules
 
 SHOWN = 5
 ADAPTERS = "distill_adapters"  # the student's ModuleDict of trained mimic adapters and adapt parts
@@ -23,19 +24,16 @@ UP_NAMES = "UP's names map: neck.c<l>_lateral, neck.p<l>_conv, neck.p<l>_pool, b
 
 def up_module_path(model, name):
     """Our dotted path for UP's module path ``name`` in ``model``, or None."""
-    from ..tasks.up_nets.keymap import rename
-
     modules = dict(model.named_modules())
     part, _, rest = name.partition(".")
     adapters = modules.get(ADAPTERS)
     if adapters is not None and part in adapters:  # a UP ADAP part: distill.adapt
         path = f"{ADAPTERS}.{name}"
         return path if path in modules else None
-    rules = (getattr(model, "up_weight_rules", None) or {}).get(part)
-    if rules is None or not rest:
+    if not isinstance(model, NamesUpModules):
         return None
-    path = f"{part}.{rename(rest + '.', rules[1])}".rstrip(".")
-    return path if path != name and path in modules else None
+    path = model.up_module_path(name)
+    return path if path in modules else None
 
 
 def module_names(model):
@@ -62,7 +60,7 @@ def find_module(model, name, path, whose):
     near += [n for n in difflib.get_close_matches(name, names, n=SHOWN, cutoff=0.5) if n not in near]
     near = near[:SHOWN]
     hint = f"nearest: {', '.join(near)}" if near else "the net has no named modules"
-    if getattr(model, "up_weight_rules", None):
+    if isinstance(model, NamesUpModules):
         hint += f"; {UP_NAMES}"
     raise ConfigError(path, f"the {whose} has no module {name!r}", hint)
 

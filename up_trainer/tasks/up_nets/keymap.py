@@ -100,6 +100,16 @@ def backbone_rules(backbone_type):
     return SIGNATURES[fam], RULES[fam]
 
 
+def module_path(name, parts):
+    """Our dotted module path for UP's ``name`` (``neck.p2_conv`` -> ``neck.layer_blocks.0.0``)
+    by the same rules as the parameter names, or None when no rule renames it."""
+    part, _, rest = name.partition(".")
+    if part not in parts or not rest:
+        return None
+    out = f"{part}.{rename(rest + '.', parts[part][1])}".rstrip(".")
+    return out if out != name else None
+
+
 def translate(state, parts):
     """``state`` with UP names rewritten to ours. ``parts``: {entry name: (signature, rules)}
     for the parts whose inner names differ. A part is rewritten only when the file holds a
