@@ -23,7 +23,7 @@ REFUSED = {
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
     "xmnet_search": ("XMNet NAS search space", "resnet18 (UP form)"),
     "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
-             "distill.mimic[].adapter: a learned 1x1 adapter on a student module (docs/distill.rst)"),
+             "runtime.runner: kd reads it as a distill.adapt part (docs/distill.rst)"),
 }
 for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNAS sub-network part"),
                        ("BigRetina", "BigNAS RetinaNet head"), ("BignasRetina", "BigNAS RetinaNet head")):
