@@ -8,7 +8,8 @@ Prints a reStructuredText table of bbox AP / AP50 after the last epoch and the l
 
 The net is UP's Faster R-CNN net list (resnet + FPN + NaiveRPN + rpn_post + BboxFC_Pre + BboxFC +
 bbox_post) as in UP's distiller files, sized for 64-pixel scenes (FPN and RPN width 64, anchors
-of 16 px at stride 4, BatchNorm trained: no ImageNet weights here). Each run is one ``up train``
+of 16 px at stride 4, BatchNorm trained: no ImageNet weights here; AdamW, cosine schedule, gradient
+norm clipped at 10). Each run is one ``up train``
 process with ``runtime.num_threads: 1``; runs already finished in ``--work`` are read, not
 trained again.
 """
@@ -61,6 +62,8 @@ def config(backbone, seed, args, teacher_weight=None):
         "trainer": {"max_epoch": args.teacher_epochs if teacher_weight is None and backbone == args.teacher
                     else args.epochs,
                     "optimizer": {"type": "AdamW", "kwargs": {"lr": 0.001, "weight_decay": 0.0001}},
+                    # from scratch, without clipping the R-50's losses blew up at the end of warm-up
+                    "clip_grad": {"mode": "pre_defined", "max_norm": 10},
                     "lr_scheduler": {"type": "cosine", "warmup_iter": 50, "warmup_ratio": 0.01}},
         "saver": {"save_dir": "checkpoints"},
         "net": net_list(backbone),
