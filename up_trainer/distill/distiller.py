@@ -8,6 +8,12 @@ precision), computes each mimic job's losses and returns the student's output di
 added (``mimic.<job>.<teacher>.loss``). The trainer sums every ``*loss*`` output as always, and
 logging hooks show the terms like any other loss.
 
+What a job computes from the captured outputs is its type's (:mod:`.mimics`): the detection
+types also read the batch's boxes, the RPN's proposals or objectness (first element of those
+modules' outputs, hooked on both nets) and the adapt parts' maps (``distill.adapt``: run on
+their student part's output inside the same forward); the losses are named
+``mimic.<job>.<teacher>.<slot>``.
+
 Evaluation forwards (eval mode or no grad) pass untouched, and so does a recomputation under
 memory checkpointing (capture is closed by then). Adapters (a learned 1x1 conv or linear
 where a student output's channels differ from the teacher's) are registered on the student as
