@@ -61,8 +61,8 @@ def config(backbone, seed, args, teacher_weight=None):
                     "batch_size": 8, "test_batch_size": 50, "num_workers": 0},
         "trainer": {"max_epoch": args.teacher_epochs if teacher_weight is None and backbone == args.teacher
                     else args.epochs,
-                    "optimizer": {"type": "AdamW", "kwargs": {"lr": 0.001, "weight_decay": 0.0001}},
-                    # from scratch, without clipping the R-50's losses blew up at the end of warm-up
+                    "optimizer": {"type": "AdamW", "kwargs": {"lr": args.lr, "weight_decay": 0.0001}},
+                    # from scratch, at lr 0.001 without clipping the R-50's losses blew up after warm-up
                     "clip_grad": {"mode": "pre_defined", "max_norm": 10},
                     "lr_scheduler": {"type": "cosine", "warmup_iter": 50, "warmup_ratio": 0.01}},
         "saver": {"save_dir": "checkpoints"},
@@ -113,6 +113,7 @@ def main():
     parser.add_argument("--teacher-epochs", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=4, help="the students' epochs")
     parser.add_argument("--loss-weight", type=float, default=1.0)
+    parser.add_argument("--lr", type=float, default=0.0003, help="AdamW's (0.001: the R-50's losses spiked)")
     args = parser.parse_args()
     args.work = os.path.abspath(args.work)
     teacher, _ = train("teacher", config(args.teacher, 0, args), args)
