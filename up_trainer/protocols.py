@@ -241,6 +241,20 @@ class SamplesSubnetFlops(Protocol):  # a BigNAS supernet: up flops adds its samp
 
 
 @runtime_checkable
+class NamesUpModules(Protocol):
+    """A net built from a UP net list that maps UP's module paths onto its own (distill jobs)."""
+
+    def up_module_path(self, name: str) -> Any: ...  # our dotted path, or None
+
+
+class FeatureMaps(Protocol):
+    """A UP backbone or FPN part: the channels and strides of the maps it gives (distill.adapt)."""
+
+    out_planes: list  # a backbone's channels per map
+    out_strides: list  # the stride of each map
+
+
+@runtime_checkable
 class FusesForInference(Protocol):
     def fuse_for_inference(self) -> Any: ...
 

@@ -13,14 +13,14 @@ from up_trainer.errors import ConfigError
 
 UP_DISTILLER = os.path.join(REPO, "tests", "fixtures", "up", "distiller")
 CLS_FILES = ["res18_kd.yaml", "res18_kd_bag_of_tricks.yaml"]
-# each Faster R-CNN file: the one line `up config` stops with (what is missing)
-DET_REFUSALS = {
-    "faster_rcnn_r152_50_1x_feature_mimic.yaml": "distill.mimic[0].student[0]: the student has no module "
-                                                 "'neck.p2_conv' (nearest: neck.layer_blocks",
-    "faster_rcnn_r152_50_1x_sample_feature_mimic.yaml": "mimic.mimic_ins_type: UP's SampleFeature mimic",
-    "faster_rcnn_r152_50_1x_decouple_feature_mimic.yaml": "mimic.mimic_ins_type: UP's DeFeat mimic",
-    "faster_rcnn_r152_50_1x_frs.yaml": "mimic.mimic_ins_type: UP's FRS mimic",
-    "faster_rcnn_r152_50_1x_multi_jobs_multi_teacheres.yaml": "mimic.mimic_job0.mimic_ins_type: UP's FRS mimic",
+DET_DIR = os.path.join(UP_DISTILLER, "det", "faster_rcnn")
+# each Faster R-CNN file: its jobs' types and the adapt parts its ADAP entries become
+DET_FILES = {
+    "faster_rcnn_r152_50_1x_feature_mimic.yaml": (["base"], []),
+    "faster_rcnn_r152_50_1x_sample_feature_mimic.yaml": (["SampleFeature"], []),
+    "faster_rcnn_r152_50_1x_decouple_feature_mimic.yaml": (["DeFeat"], ["backbone_adapt", "neck_adapt"]),
+    "faster_rcnn_r152_50_1x_frs.yaml": (["FRS"], ["neck_adapt"]),
+    "faster_rcnn_r152_50_1x_multi_jobs_multi_teacheres.yaml": (["FRS", "base"], ["neck_adapt"]),
 }
 
 
@@ -54,10 +54,42 @@ def test_ups_cls_distiller_files_pass_up_config_unchanged(name):
     assert job["losses"]["loss"] == {"type": "kl_loss", "kwargs": {"loss_weight": 1.0}}
 
 
-@pytest.mark.parametrize("name", sorted(DET_REFUSALS))
-def test_ups_faster_rcnn_distiller_files_stop_in_one_line(name):
-    res = invoke(["config", "--config", os.path.join(UP_DISTILLER, "det", "faster_rcnn", name)])
-    assert one_line_error(res).startswith(DET_REFUSALS[name])
+@pytest.mark.parametrize("name", sorted(DET_FILES))
+def test_ups_faster_rcnn_distiller_files_pass_up_config_unchanged(name):
+    res = invoke(["config", "--config", os.path.join(DET_DIR, name)])
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    cfg = yaml.safe_load(res.stdout)
+    types, adapt = DET_FILES[name]
+    assert [job["type"] for job in cfg["distill"]["mimic"]] == types
+    assert [part["name"] for part in cfg["distill"].get("adapt", [])] == adapt
+    assert all(entry["type"] != "ADAP" for entry in cfg["net"])  # taken out of the student's net
+
+
+def test_ups_det_files_options_and_losses_split_by_the_types_slots():
+    cfg = resolve_config(os.path.join(DET_DIR, "faster_rcnn_r152_50_1x_sample_feature_mimic.yaml"))
+    (job,) = cfg["distill"]["mimic"]
+    assert set(job["losses"]) == {"feature_loss"}
+    assert job["options"]["rcnn_fpn_strides"] == [4, 8, 16, 32] and job["options"]["teacher_proposal"] is True
+    cfg = resolve_config(os.path.join(DET_DIR, "faster_rcnn_r152_50_1x_decouple_feature_mimic.yaml"))
+    spec = read_spec(cfg["distill"])
+    assert set(spec.jobs[0].losses) == {"backbone_loss", "neck_fg_loss", "neck_bg_loss"}
+    assert spec.jobs[0].losses["neck_bg_loss"].kwargs["loss_weight"] == 16.0
+    backbone_adapt = spec.adapt[0]
+    assert (backbone_adapt.on, backbone_adapt.levels, backbone_adapt.outplanes) == ("backbone", [1, 2, 3],
+                                                                                     [512, 1024, 2048])
+    assert backbone_adapt.with_relu and backbone_adapt.small_init and backbone_adapt.out_name == "adapt_bb_features"
+
+
+def test_a_teacher_list_that_stops_at_the_rpn_is_completed_and_loads_only_its_parts():
+    cfg = resolve_config(os.path.join(DET_DIR, "faster_rcnn_r152_50_1x_multi_jobs_multi_teacheres.yaml"))
+    teachers = cfg["distill"]["teachers"]
+    assert [t["name"] for t in teachers] == ["teacher0", "teacher1", "teacher2"]
+    for t in teachers:
+        assert t["parts"] == ["backbone", "neck", "roi_head"]
+        assert [e["type"] for e in t["net"]][:3] == ["resnet152", "FPN", "NaiveRPN"]
+        assert [e["name"] for e in t["net"]][3:] == ["post_process", "bbox_head_pre_process", "bbox_head",
+                                                     "bbox_head_post_process"]
+    assert any("teacher0: the teacher stops at roi_head" in n for n in cfg["origin"]["notes"])
 
 
 def test_a_wrong_module_name_is_one_line_naming_the_nearest(tmp_path):
@@ -81,7 +113,16 @@ def test_native_section_passes_and_is_printed(tmp_path):
 
 
 @pytest.mark.parametrize("job, path", [
-    ({"type": "FRS"}, "distill.mimic[0].type"),
+    ({"type": "DeFeet"}, "distill.mimic[0].type"),
+    ({"type": "FRS", "losses": {"loss": {"type": "l2_loss"}}}, "distill.mimic[0].losses.loss"),
+    ({"type": "FRS", "losses": {"neck_loss": {"type": "kd_loss"}}}, "distill.mimic[0].losses.neck_loss.type"),
+    ({"type": "SampleFeature", "losses": {}, "options": {"student_roipooler": "x"}},
+     "distill.mimic[0].options.student_roipooler"),
+    ({"type": "SampleFeature", "losses": {}, "options": {"rcnn_fpn_levels": [0, 4]}},
+     "distill.mimic[0].options.rcnn_fpn_strides"),
+    ({"type": "base", "options": {"pool_size": 7}}, "distill.mimic[0].options.pool_size"),
+    ({"type": "DeFeat", "losses": {}, "options": {"neck_feature_nums": 1}},
+     "distill.mimic[0].options.neck_feature_nums"),
     ({"losses": {"loss": {"type": "bce_loss"}}}, "distill.mimic[0].losses.loss.type"),
     ({"losses": {"loss": {"type": "kd_loss", "kwargs": {"temperature": 4}}}},
      "distill.mimic[0].losses.loss.kwargs.temperature"),
@@ -101,9 +142,10 @@ def test_native_mistakes_name_their_key(job, path):
 
 def test_base_loss_kwargs_merge_onto_ups_default_l2():
     spec = read_spec(teacher_cfg(losses={"loss": {"type": "l2_loss", "kwargs": {"batch_mean": False}}})["distill"])
-    assert spec.jobs[0].loss.kwargs == {"feat_norm": True, "batch_mean": False}
+    assert spec.jobs[0].losses["loss"].kwargs == {"feat_norm": True, "batch_mean": False}
     spec = read_spec(teacher_cfg(losses={})["distill"])
-    assert (spec.jobs[0].loss.type, spec.jobs[0].loss.kwargs) == ("l2_loss", {"feat_norm": True, "batch_mean": True})
+    loss = spec.jobs[0].losses["loss"]
+    assert (loss.type, loss.kwargs) == ("l2_loss", {"feat_norm": True, "batch_mean": True})
 
 
 def _up_file(tmp_path, **changes):

@@ -18,11 +18,6 @@ FILES = sorted(os.path.relpath(path, UP_FIXTURES) for folder in FOLDERS
 # {file: the start of its one-line refusal}. One block per family, so each family's rows change alone.
 REFUSED = {
     # -- distiller --
-    'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_decouple_feature_mimic.yaml': "mimic.mimic_ins_type: UP's DeFeat mimic",
-    'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_feature_mimic.yaml': "distill.mimic[0].student[0]: the student has no module 'neck.p2_conv'",
-    'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_frs.yaml': "mimic.mimic_ins_type: UP's FRS mimic",
-    'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_multi_jobs_multi_teacheres.yaml': "mimic.mimic_job0.mimic_ins_type: UP's FRS mimic",
-    'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_sample_feature_mimic.yaml': "mimic.mimic_ins_type: UP's SampleFeature mimic",
     # -- multitask --
     # -- nas --
     'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",

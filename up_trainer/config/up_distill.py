@@ -6,7 +6,10 @@ name contains ``teacher`` (a net list like ``net``) and reads ``mimic``: one job
 (default base), ``loss_weight``, ``warm_up_iters``, ``cfgs`` (its losses and options),
 ``student: {mimic_name}`` and one ``<teacher key>: {mimic_name, teacher_weight,
 teacher_bn_mode}`` per teacher it mimics. UP's base runner ignores all of this, and so do we
-then, saying so. No torch import here.
+then, saying so. UP's ``ADAP`` entries of the student's net list (convs trained beside the
+student for FRS and DeFeat) become ``distill.adapt`` parts; a teacher list that stops early
+(backbone + FPN + NaiveRPN) is completed with the student's later entries, whose weights it
+does not need. No torch import here.
 """
 from ..errors import ConfigError, did_you_mean, join_path
 from .up_sparse import translate_sparse
@@ -16,9 +19,7 @@ TEACHER_KEYS = ("mimic_name", "teacher_weight", "teacher_bn_mode")
 # UP's cls nets end in base_cls_postprocess; a teacher list stops at its head (it never
 # trains). The post-process our cls net needs is added, with a plain cross-entropy it never uses.
 CLS_HEADS = ("base_cls_head", "vit_head")
-# UP's mimic types beyond base: what they are (docs/distill.rst says what each would need)
-UNBUILT_MIMICS = {"SampleFeature": "feature mimic on RoIs sampled from a two-stage detector's proposals",
-                  "FRS": "feature-richness-weighted FPN mimic", "DeFeat": "decoupled foreground/background FPN mimic"}
+ADAP_KWARGS = ("inplanes", "outplanes", "out_layers", "kernel_size", "with_relu", "do_init_weights", "out_name")
 CLS_POST = {"name": "post_process", "type": "base_cls_postprocess", "kwargs": {"cls_loss": {"type": "ce"}}}
 
 
@@ -91,9 +92,6 @@ def _job(name, job, path, teacher_nets):
     if not isinstance(student, dict) or set(student) - {"mimic_name"}:
         raise ConfigError(join_path(path, "student"), "expected {mimic_name: [module paths]}")
     out["type"] = job.get("mimic_ins_type", "base")
-    if out["type"] in UNBUILT_MIMICS:
-        raise ConfigError(join_path(path, "mimic_ins_type"), f"UP's {out['type']} mimic ({UNBUILT_MIMICS[out['type']]}) "
-                          "is not built", "mimic_ins_type: base (docs/distill.rst)")
     out["student"] = student.get("mimic_name")
     out["teachers"] = {k: v.get("mimic_name") for k, v in teachers.items()}
     for key in ("loss_weight", "warm_up_iters"):
@@ -102,13 +100,62 @@ def _job(name, job, path, teacher_nets):
     cfgs = job.get("cfgs") or {}
     if not isinstance(cfgs, dict):
         raise ConfigError(join_path(path, "cfgs"), f"expected a mapping, got {type(cfgs).__name__}")
-    if out["type"] == "base":  # other types are refused by the native reader, naming mimic_ins_type
+    if out["type"] == "base":
         for key in cfgs:
             if key != "loss":
                 raise ConfigError(join_path(join_path(path, "cfgs"), key), "is not read by UP's base mimic job",
                                   "base jobs read cfgs.loss only")
-        out["losses"] = dict(cfgs)
+    # UP's loss slots are named loss / *_loss (distill/kinds.py); the other cfgs are the type's options
+    out["losses"] = {k: v for k, v in cfgs.items() if k == "loss" or str(k).endswith("_loss")}
+    options = {k: v for k, v in cfgs.items() if k not in out["losses"]}
+    if options:
+        out["options"] = options
     return out, teachers
+
+
+def _adapt_parts(net, notes):
+    """UP's ADAP entries taken out of the student's net list, as ``distill.adapt`` parts."""
+    if not isinstance(net, list):
+        return []
+    parts = []
+    for i, entry in enumerate(list(net)):
+        if not isinstance(entry, dict) or entry.get("type") != "ADAP":
+            continue
+        path = join_path("net", i)
+        kwargs = entry.get("kwargs") or {}
+        for key in kwargs:
+            if key not in ADAP_KWARGS:
+                raise ConfigError(join_path(join_path(path, "kwargs"), key), "is not read by UP's ADAP",
+                                  did_you_mean(key, ADAP_KWARGS) or f"known: {', '.join(ADAP_KWARGS)}")
+        on = entry.get("prev") or (net[i - 1].get("name") if i and isinstance(net[i - 1], dict) else None)
+        part = {"name": entry.get("name"), "on": on, "levels": kwargs.get("out_layers", [0, 1, 2, 3, 4]),
+                "outplanes": kwargs.get("outplanes"), "kernel_size": kwargs.get("kernel_size", 3),
+                "with_relu": kwargs.get("with_relu", False), "small_init": kwargs.get("do_init_weights", False),
+                "out_name": kwargs.get("out_name", "adapt_neck_features")}
+        parts.append(part)
+        notes.append(f"{path}: UP's ADAP {entry.get('name')} read as distill.adapt (trained beside the student, "
+                     "left out of the exported model)")
+    net[:] = [e for e in net if not (isinstance(e, dict) and e.get("type") == "ADAP")]
+    return parts
+
+
+def _complete_teacher(net, student, notes, key):
+    """(net, parts): a teacher list whose entries are the start of the student's (by name, and
+    by type after the backbone) gets the student's later entries so it builds; only its own
+    parts need weights."""
+    if not (isinstance(net, list) and isinstance(student, list) and 0 < len(net) < len(student)):
+        return net, None
+
+    def ids(entries):
+        return [(e.get("name"), e.get("type") if i else None) if isinstance(e, dict) else None
+                for i, e in enumerate(entries)]
+    if ids(net) != ids(student[:len(net)]):
+        return net, None
+    names = [e["name"] for e in net]
+    rest = student[len(net):]
+    notes.append(f"{key}: the teacher stops at {names[-1]}; the student's {', '.join(e['name'] for e in rest)} "
+                 "complete it (built, not loaded, their outputs unused)")
+    return [*net, *rest], names
 
 
 def translate_distill(cfg, notes):
@@ -132,6 +179,7 @@ def translate_distill(cfg, notes):
     if not tkeys:
         raise ConfigError("teacher", "runtime.runner kd needs a teacher net", "a top-level teacher: [...] net list")
     teacher_nets = {k: cfg.pop(k) for k in tkeys}
+    adapt = _adapt_parts(cfg.get("net"), notes)
     mimic = cfg.pop("mimic")
     task_loss = mimic.get("task_loss", True) if isinstance(mimic, dict) else True
     jobs, prefix = _jobs(mimic)
@@ -146,8 +194,14 @@ def translate_distill(cfg, notes):
             notes.append(f"{key}: no mimic job names this teacher; not built")
             continue
         t = teacher_cfgs[key]
-        native_teachers.append({"name": key, "net": _teacher_net(net, notes, key),
-                                "weight": t.get("teacher_weight"),  # UP: any mode but train is eval
-                                "bn_mode": "train" if t.get("teacher_bn_mode") == "train" else "eval"})
+        net, parts = _complete_teacher(net, cfg.get("net"), notes, key)
+        native = {"name": key, "net": _teacher_net(net, notes, key),
+                  "weight": t.get("teacher_weight"),  # UP: any mode but train is eval
+                  "bn_mode": "train" if t.get("teacher_bn_mode") == "train" else "eval"}
+        if parts:
+            native["parts"] = parts
+        native_teachers.append(native)
     cfg["distill"] = {"task_loss": task_loss, "teachers": native_teachers, "mimic": native_jobs}
+    if adapt:
+        cfg["distill"]["adapt"] = adapt
     notes.append(f"runtime.runner: kd: {', '.join(tkeys)} and mimic read as distill (docs/distill.rst)")

@@ -13,7 +13,9 @@ import torch
 
 from ..engine.hooks import Hook
 from ..errors import ConfigError
-from .distiller import ADAPTERS, Distiller, build_adapters
+from .adapt_parts import build_adapt_parts
+from .distiller import Distiller, build_adapters
+from .modules import ADAPTERS
 from .spec import read_spec
 from .teacher import build_teacher, check_teacher_net, config_digest, student_dtype
 
@@ -35,6 +37,7 @@ def check_distill(cfg, student):
     _refuse_unsupported(cfg)
     teachers = {t.name: check_teacher_net(t) for t in spec.teachers}
     with torch.device("meta"):
+        _add_adapters(student, build_adapt_parts(spec, student))  # mimic names may be in them
         build_adapters(spec, student, teachers)
         Distiller(spec, student, teachers).remove()  # resolves every module path
     return spec
@@ -79,15 +82,30 @@ def attach_distillation(cfg, student, device, memory_format=None, resolve=lambda
         weight = resolve(t.weight) if t.weight else None
         teachers[t.name] = build_teacher(t, device=device, dtype=dtype, memory_format=memory_format,
                                          weight_path=weight)
+    parts = build_adapt_parts(spec, student)
+    _add_adapters(student, parts)
     adapters = build_adapters(spec, student, teachers)
-    if adapters:
-        student.add_module(ADAPTERS, torch.nn.ModuleDict(adapters).to(device=device, dtype=dtype))
+    _add_adapters(student, adapters)
+    if ADAPTERS in student._modules:
+        student._modules[ADAPTERS].to(device=device, dtype=dtype)
     distiller = Distiller(spec, student, teachers)
-    jobs = "; ".join(f"{j.name}: {j.loss.type} on {', '.join(j.student)} from {', '.join(j.teachers)}"
+    jobs = "; ".join(f"{j.name}: {j.type} ({', '.join(f'{s} {l.type}' for s, l in j.losses.items())}) on "
+                     f"{', '.join(j.student)} from {', '.join(j.teachers)}" if j.type != "base" else
+                     f"{j.name}: {j.losses['loss'].type} on {', '.join(j.student)} from {', '.join(j.teachers)}"
                      for j in spec.jobs)
-    log.info("distill: %d teacher(s) (%s), frozen; %s%s", len(teachers), ", ".join(teachers), jobs,
-             f"; {len(adapters)} adapter(s)" if adapters else "")
+    extra = (f"; {len(adapters)} adapter(s)" if adapters else "") + (
+        f"; adapt part(s) {', '.join(parts)}" if parts else "")
+    log.info("distill: %d teacher(s) (%s), frozen; %s%s", len(teachers), ", ".join(teachers), jobs, extra)
     return DistillHook(distiller, {t.name: config_digest(t) for t in spec.teachers})
+
+
+def _add_adapters(student, modules):
+    """Trained modules beside the student, under its ``distill_adapters`` ModuleDict."""
+    if not modules:
+        return
+    if ADAPTERS not in student._modules:
+        student.add_module(ADAPTERS, torch.nn.ModuleDict())
+    student._modules[ADAPTERS].update(modules)
 
 
 def drop_adapter_weights(weights, module):

@@ -8,6 +8,12 @@ precision), computes each mimic job's losses and returns the student's output di
 added (``mimic.<job>.<teacher>.loss``). The trainer sums every ``*loss*`` output as always, and
 logging hooks show the terms like any other loss.
 
+What a job computes from the captured outputs is its type's (:mod:`.mimics`): the detection
+types also read the batch's boxes, the RPN's proposals or objectness (first element of those
+modules' outputs, hooked on both nets) and the adapt parts' maps (``distill.adapt``: run on
+their student part's output inside the same forward); the losses are named
+``mimic.<job>.<teacher>.<slot>``.
+
 Evaluation forwards (eval mode or no grad) pass untouched, and so does a recomputation under
 memory checkpointing (capture is closed by then). Adapters (a learned 1x1 conv or linear
 where a student output's channels differ from the teacher's) are registered on the student as
@@ -18,10 +24,11 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, join_path
+from .adapt_parts import part_maps
+from .kinds import NEEDS
 from .losses import build_loss
-from .modules import find_module, out_channels
-
-ADAPTERS = "distill_adapters"
+from .mimics import COMPUTE, Seen
+from .modules import ADAPTERS, find_module, out_channels
 
 
 def _adapter_key(job, teacher, index):
@@ -78,12 +85,14 @@ class Distiller:
         self.spec = spec
         self.student = student
         self.teachers = teachers  # name -> frozen module (not a submodule of the student)
-        self.losses = {job.name: build_loss(job.loss) for job in spec.jobs}
+        self.losses = {job.name: {slot: build_loss(loss) for slot, loss in job.losses.items()} for job in spec.jobs}
         self.iteration = 0  # 0-based training iteration, set before each forward (warm_up_iters)
         self._capturing = False
         self._batch = None
         self._student_out = {}
         self._teacher_out = {name: {} for name in teachers}
+        self._student_extra, self._teacher_extra = {}, {name: {} for name in teachers}
+        self._adapt_out = {}
         self._handles = []
         self._hook_modules()
 
@@ -110,6 +119,8 @@ class Distiller:
                         hooked.add((tname, name))
                         self._handles.append(module.register_forward_hook(
                             self._capture(self._teacher_out[tname], name)))
+        self._hook_extras()
+        self._hook_adapt_parts()
         student = self.student
 
         def open_capture(module, args):
@@ -126,11 +137,49 @@ class Distiller:
                 self._capturing = False
                 self._batch = None
                 self._student_out.clear()
-                for store in self._teacher_out.values():
+                self._student_extra.clear()
+                self._adapt_out.clear()
+                for store in (*self._teacher_out.values(), *self._teacher_extra.values()):
                     store.clear()
 
         self._handles.append(student.register_forward_pre_hook(open_capture))
         self._handles.append(student.register_forward_hook(add_losses))
+
+    def _hook_extras(self):
+        """The outputs a job type reads beyond the named modules (kinds.NEEDS): the first
+        element of the module's output (the proposals, the objectness logits)."""
+        def capture_first(store, what):
+            def hook(module, args, output):
+                if self._capturing:
+                    store[what] = output[0]
+            return hook
+
+        hooked = set()
+        for job in self.spec.jobs:
+            for what, (path, gives) in NEEDS[job.type].items():
+                nets = [("student", self.student, self._student_extra, join_path(job.path, "student"))]
+                nets += [(f"teacher {t}", self.teachers[t], self._teacher_extra[t],
+                          join_path(join_path(job.path, "teachers"), t)) for t in job.teachers]
+                for whose, net, store, where in nets:
+                    try:
+                        module = find_module(net, path, where, whose)
+                    except ConfigError as exc:
+                        raise ConfigError(where, f"{job.type} mimic reads {gives} from {path}: {exc.message}",
+                                          exc.hint) from None
+                    if (whose, what) not in hooked:
+                        hooked.add((whose, what))
+                        self._handles.append(module.register_forward_hook(capture_first(store, what)))
+
+    def _hook_adapt_parts(self):
+        """Each adapt part runs on its student part's maps in a training forward."""
+        adapters = getattr(self.student, ADAPTERS, None)
+        for adapt in self.spec.adapt:
+            source = find_module(self.student, adapt.on, join_path(adapt.path, "on"), "student")
+
+            def run(module, args, output, adapt=adapt):
+                if self._capturing:
+                    self._adapt_out[adapt.out_name] = adapters[adapt.name](part_maps(output))
+            self._handles.append(source.register_forward_hook(run))
 
     def remove(self):
         for handle in self._handles:
@@ -151,8 +200,9 @@ class Distiller:
         if not self.spec.task_loss:  # UP's task_loss: false: only the mimic losses train the student
             out = {k: (v.detach() if "loss" in k and isinstance(v, torch.Tensor) else v) for k, v in out.items()}
         adapters = getattr(self.student, ADAPTERS, None)
+        boxes = [t["boxes"] for t in self._batch["target"]] \
+            if isinstance(self._batch, dict) and self._batch.get("target") is not None else None
         for job in self.spec.jobs:
-            loss_fn = self.losses[job.name]
             for tname, tnames in job.teachers.items():
                 self._check_captured(job, tname)
                 feats_s = []
@@ -169,8 +219,12 @@ class Distiller:
                     feats_s.append(feat)
                 feats_t = [self._teacher_out[tname][name] for name in tnames]
                 self._check_shapes(job, tname, feats_s, feats_t)
-                loss = loss_fn(feats_s, feats_t) / len(feats_s)  # UP's base mimicker: mean over the pairs
-                out[f"mimic.{job.name}.{tname}.loss"] = loss * self._weight(job)
+                if job.type == "DeFeat" and boxes is None:
+                    raise ConfigError(job.path, "DeFeat mimic needs the ground-truth boxes of the batch",
+                                      "a detection student trained on boxes")
+                seen = Seen(boxes, self._student_extra, self._teacher_extra[tname], self._adapt_out)
+                for slot, loss in COMPUTE[job.type](job, self.losses[job.name], feats_s, feats_t, seen).items():
+                    out[f"mimic.{job.name}.{tname}.{slot}"] = loss * self._weight(job)
         return out
 
     def _check_captured(self, job, tname):
@@ -184,6 +238,12 @@ class Distiller:
                     raise ConfigError(join_path(job.path, where), f"the {side} module {name} did not run in its "
                                       "forward", "name a module on the forward path (not a loss or "
                                       "post-process part, nor a BatchNorm under runtime.sync_bn)")
+        for what, (path, gives) in NEEDS[job.type].items():
+            for side, store, where in (("student", self._student_extra, "student"),
+                                       (f"teacher {tname}", self._teacher_extra[tname], f"teachers.{tname}")):
+                if what not in store:
+                    raise ConfigError(join_path(job.path, where), f"{job.type} mimic reads {gives} from the {side}'s "
+                                      f"{path}, which did not run in its forward", "a two-stage (RPN) detector")
 
     def _check_shapes(self, job, tname, feats_s, feats_t):
         """Outputs compared element by element must agree in shape (the adapter fixes channels

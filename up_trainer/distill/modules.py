@@ -1,12 +1,39 @@
 """Named modules of a built net: looking a dotted path up, and the channel count of its output
-(for the adapter that maps a student's channels onto a teacher's)."""
+(for the adapter that maps a student's channels onto a teacher's).
+
+UP's module paths are read too (:func:`up_module_path`): a net built from a UP net list keeps
+UP's entry names as its parts (``backbone``, ``neck``, ``roi_head``) and renames a UP module
+path inside a part by the rules UP checkpoints' parameter names load through
+(``NamesUpModules``), so UP's FPN names
+``neck.c2_lateral``, ``neck.p2_conv`` .. ``neck.p5_conv`` and ``neck.p6_pool`` / ``p6_conv``
+find torchvision's ``neck.inner_blocks.0``, ``neck.layer_blocks.0.0`` .. and
+``neck.extra_blocks.pools.0`` / ``convs.0``, and ``backbone.layer0.0`` finds ``backbone.conv1``.
+A UP ``ADAP`` part (``neck_adapt.conv.0.0``) lives in the student's ``distill_adapters``.
+"""
 import difflib
 
 from torch import nn
 
 from ..errors import ConfigError
+from ..protocols import NamesUpModules
 
 SHOWN = 5
+ADAPTERS = "distill_adapters"  # the student's ModuleDict of trained mimic adapters and adapt parts
+UP_NAMES = "UP's names map: neck.c<l>_lateral, neck.p<l>_conv, neck.p<l>_pool, backbone.layer0.<i>"
+
+
+def up_module_path(model, name):
+    """Our dotted path for UP's module path ``name`` in ``model``, or None."""
+    modules = dict(model.named_modules())
+    part, _, rest = name.partition(".")
+    adapters = modules.get(ADAPTERS)
+    if adapters is not None and part in adapters:  # a UP ADAP part: distill.adapt
+        path = f"{ADAPTERS}.{name}"
+        return path if path in modules else None
+    if not isinstance(model, NamesUpModules):
+        return None
+    path = model.up_module_path(name)
+    return path if path in modules else None
 
 
 def module_names(model):
@@ -19,6 +46,9 @@ def find_module(model, name, path, whose):
     module = modules.get(name)
     if module is not None and name:
         return module
+    translated = up_module_path(model, name) if name else None
+    if translated is not None:
+        return modules[translated]
     names = module_names(model)
     parts = name.split(".")
     while parts and ".".join(parts) not in modules:
@@ -29,8 +59,10 @@ def find_module(model, name, path, whose):
     near = difflib.get_close_matches(name, children, n=SHOWN, cutoff=0.0) if prefix else []
     near += [n for n in difflib.get_close_matches(name, names, n=SHOWN, cutoff=0.5) if n not in near]
     near = near[:SHOWN]
-    raise ConfigError(path, f"the {whose} has no module {name!r}",
-                      f"nearest: {', '.join(near)}" if near else "the net has no named modules")
+    hint = f"nearest: {', '.join(near)}" if near else "the net has no named modules"
+    if isinstance(model, NamesUpModules):
+        hint += f"; {UP_NAMES}"
+    raise ConfigError(path, f"the {whose} has no module {name!r}", hint)
 
 
 def out_channels(module):

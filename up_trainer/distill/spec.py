@@ -14,45 +14,38 @@
           type: base                    # UP's mimic_ins_type
           student: [head.classifier]    # student module paths whose outputs are matched
           teachers: {teacher: [head.classifier]}   # per teacher, as many paths as student has
-          losses: {loss: {type: kd_loss, kwargs: {T: 4}}}   # UP's cfgs
+          losses: {loss: {type: kd_loss, kwargs: {T: 4}}}   # UP's cfgs (loss slots: kinds.py)
+          options: {}                   # the type's options (kinds.OPTIONS), e.g. rcnn_fpn_levels
           loss_weight: 1.0
           warm_up_iters: -1
           adapter: null                 # {kernel_size: 1}: a learned conv/linear where channels differ
+      adapt:                            # UP's ADAP net parts: convs on a student part's maps, trained
+        - {name: neck_adapt, on: neck, levels: [0, 1, 2, 3, 4], outplanes: 256, kernel_size: 3}
 
 No torch import here: ``up config`` reads this before anything is built.
 """
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, did_you_mean, join_path
+from .adapt_spec import read_adapt_parts
+from .kinds import LOSS_SLOTS, MIMIC_TYPES, OPTIONS, REFUSED_OPTIONS
 
-SECTION_KEYS = ("task_loss", "teachers", "mimic")
-TEACHER_KEYS = ("name", "net", "weight", "bn_mode")
-JOB_KEYS = ("name", "type", "student", "teachers", "losses", "loss_weight", "warm_up_iters", "adapter")
+SECTION_KEYS = ("task_loss", "teachers", "mimic", "adapt")
+TEACHER_KEYS = ("name", "net", "weight", "bn_mode", "parts")
+JOB_KEYS = ("name", "type", "student", "teachers", "losses", "options", "loss_weight", "warm_up_iters", "adapter")
 ADAPTER_KEYS = ("kernel_size", "with_relu", "channels")
 
-# UP's mimic_ins_type -> what the loss needs that this trainer does not give it.
-REFUSED_MIMICS = {
-    "SampleFeature": "UP's sampled-RoI feature mimic pools both nets' FPN maps on the proposals of a two-stage "
-                     "detector (rpn_dt_bboxes and a named RoI pooler), which distillation does not reach here",
-    "FRS": "UP's feature-richness mimic weights FPN maps by the teacher's dense classification scores "
-           "(preds / rpn_preds) and needs a feature adapter net part (ADAP), neither reached here",
-    "DeFeat": "UP's decoupled feature mimic splits FPN maps by ground-truth boxes and needs UP's adapter net "
-              "part (ADAP, adapt_neck_features), neither reached here",
-}
-MIMIC_TYPES = ("base",)
 # Losses a base job builds (UP's MIMIC_LOSS_REGISTRY names) and the kwargs each takes.
 LOSS_KWARGS = {
     "kd_loss": ("T", "loss_weight"),
     "kl_loss": ("norm", "loss_weight"),
     "ce_loss": ("T", "loss_weight"),
     "l2_loss": ("feat_norm", "batch_mean", "loss_weight"),
+    "bce_loss": ("T", "batch_mean", "loss_weight"),
 }
 REFUSED_LOSSES = {
-    "bce_loss": "UP uses it on sigmoid scores inside the FRS mimic only",
-    "gkd_loss": "UP's guided KD needs the labels inside the mimic loss, which base jobs do not pass",
+    "gkd_loss": "UP's guided KD needs the labels inside the mimic loss, which mimic jobs do not pass",
 }
-# UP's base mimicker: l2_loss(feat_norm=True, batch_mean=True) unless cfgs.loss says otherwise.
-BASE_DEFAULT_LOSS = {"type": "l2_loss", "kwargs": {"feat_norm": True, "batch_mean": True}}
 
 
 @dataclass
@@ -62,6 +55,7 @@ class TeacherSpec:
     weight: object
     bn_mode: str
     path: str
+    parts: object = None  # None, or the parts whose tensors must come from the weight file
 
 
 @dataclass
@@ -76,7 +70,8 @@ class JobSpec:
     type: str
     student: list
     teachers: dict  # teacher name -> list of module paths
-    loss: LossSpec
+    losses: dict  # slot (kinds.LOSS_SLOTS) -> LossSpec
+    options: dict
     loss_weight: float
     warm_up_iters: int
     adapter: object  # None or {kernel_size, with_relu, channels}
@@ -88,6 +83,7 @@ class DistillSpec:
     task_loss: bool
     teachers: list = field(default_factory=list)
     jobs: list = field(default_factory=list)
+    adapt: list = field(default_factory=list)  # AdaptSpec (adapt_spec.py)
 
 
 def _mapping(value, path, keys):
@@ -114,19 +110,21 @@ def _number(value, path, kind=float):
     return value
 
 
-def read_loss(entry, path):
-    """A ``{type, kwargs}`` mimic loss; UP's rule: a loss of the default type merges its kwargs
-    onto the default's, another type takes only its own."""
+def read_loss(entry, path, default, allowed):
+    """A ``{type, kwargs}`` mimic loss for one slot; UP's rule: a loss of the slot's default
+    type merges its kwargs onto the default's, another type takes only its own."""
     if entry is None:
-        return LossSpec(BASE_DEFAULT_LOSS["type"], dict(BASE_DEFAULT_LOSS["kwargs"]))
+        return LossSpec(default["type"], dict(default["kwargs"]))
     _mapping(entry, path, ("type", "kwargs"))
-    kind = entry.get("type", BASE_DEFAULT_LOSS["type"])
+    kind = entry.get("type", default["type"])
     if kind in REFUSED_LOSSES:
-        raise ConfigError(join_path(path, "type"), f"{kind} is not built for base mimic jobs: "
-                          f"{REFUSED_LOSSES[kind]}", f"use one of {', '.join(LOSS_KWARGS)}")
+        raise ConfigError(join_path(path, "type"), f"{kind} is not built: {REFUSED_LOSSES[kind]}",
+                          f"use one of {', '.join(allowed)}")
     if kind not in LOSS_KWARGS:
         raise ConfigError(join_path(path, "type"), f"unknown mimic loss {kind!r}",
                           did_you_mean(kind, LOSS_KWARGS) or f"known: {', '.join(LOSS_KWARGS)}")
+    if kind not in allowed:
+        raise ConfigError(join_path(path, "type"), f"{kind} does not fit this slot", f"it takes {', '.join(allowed)}")
     kwargs = entry.get("kwargs") or {}
     _mapping(kwargs, join_path(path, "kwargs"), LOSS_KWARGS[kind])
     for key, value in kwargs.items():
@@ -141,9 +139,40 @@ def read_loss(entry, path):
             _number(value, kpath)
             if key == "T" and value <= 0:
                 raise ConfigError(kpath, f"the temperature must be > 0, got {value}")
-    merged = dict(BASE_DEFAULT_LOSS["kwargs"]) if kind == BASE_DEFAULT_LOSS["type"] else {}
+    merged = dict(default["kwargs"]) if kind == default["type"] else {}
     merged.update(kwargs)
     return LossSpec(kind, merged)
+
+
+def read_options(kind, value, path):
+    """The type's options over their defaults (kinds.OPTIONS), each checked."""
+    known = OPTIONS[kind]
+    value = value or {}
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected a mapping, got {type(value).__name__}")
+    out = {k: (list(v) if isinstance(v, list) else v) for k, v in known.items()}
+    for key, v in value.items():
+        kpath = join_path(path, key)
+        if key in REFUSED_OPTIONS:
+            raise ConfigError(kpath, f"UP's {key} is not read: {REFUSED_OPTIONS[key]}", "remove it")
+        if key not in known:
+            raise ConfigError(kpath, f"is not an option of {kind} mimic jobs", did_you_mean(key, known) or
+                              (f"known: {', '.join(known)}" if known else f"{kind} jobs take no options"))
+        if isinstance(known[key], bool):
+            if not isinstance(v, bool):
+                raise ConfigError(kpath, f"expected true or false, got {v!r}")
+        elif isinstance(known[key], list):
+            if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                            for x in v):
+                raise ConfigError(kpath, f"expected a non-empty list of integers >= 0, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ConfigError(kpath, f"expected an integer > 0, got {v!r}")
+        out[key] = v
+    for levels, strides in (("rcnn_fpn_levels", "rcnn_fpn_strides"), ("rpn_fpn_levels", "rpn_fpn_strides")):
+        if levels in out and len(out[strides]) <= max(out[levels]):
+            raise ConfigError(join_path(path, strides), f"{len(out[strides])} strides for levels {out[levels]}",
+                              "one stride per FPN level, from level 0")
+    return out
 
 
 def read_adapter(value, path):
@@ -175,12 +204,9 @@ def read_job(entry, path, index, teacher_names):
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(join_path(path, "name"), f"{name!r} cannot name a mimic job", "use an identifier")
     kind = entry.get("type", "base")
-    if kind in REFUSED_MIMICS:
-        raise ConfigError(join_path(path, "type"), f"{kind} is not built: {REFUSED_MIMICS[kind]}",
-                          "type: base (feature or logit mimic on named modules)")
     if kind not in MIMIC_TYPES:
         raise ConfigError(join_path(path, "type"), f"unknown mimic type {kind!r}",
-                          did_you_mean(kind, MIMIC_TYPES + tuple(REFUSED_MIMICS)) or "built: base")
+                          did_you_mean(kind, MIMIC_TYPES) or f"built: {', '.join(MIMIC_TYPES)}")
     for key in ("student", "teachers"):
         if key not in entry:
             raise ConfigError(join_path(path, key), "required key is missing")
@@ -200,8 +226,15 @@ def read_job(entry, path, index, teacher_names):
                               "each student module is matched with one teacher module, in order")
     losses = entry.get("losses") or {}
     lpath = join_path(path, "losses")
-    _mapping(losses, lpath, ("loss",))
-    loss = read_loss(losses.get("loss"), join_path(lpath, "loss"))
+    slots = LOSS_SLOTS[kind]
+    _mapping(losses, lpath, tuple(slots))
+    losses = {slot: read_loss(losses.get(slot), join_path(lpath, slot), default, allowed)
+              for slot, (default, allowed) in slots.items()}
+    options = read_options(kind, entry.get("options"), join_path(path, "options"))
+    if kind == "DeFeat" and options["neck_feature_nums"] >= len(student):
+        raise ConfigError(join_path(join_path(path, "options"), "neck_feature_nums"),
+                          f"{options['neck_feature_nums']} neck maps leave none of the {len(student)} student "
+                          "modules for the backbone loss", "list the backbone modules first, then the neck's")
     weight = _number(entry.get("loss_weight", 1.0), join_path(path, "loss_weight"))
     warm = entry.get("warm_up_iters", -1)
     if isinstance(warm, bool) or not isinstance(warm, int):
@@ -210,7 +243,8 @@ def read_job(entry, path, index, teacher_names):
     if adapter and adapter["channels"] is not None and len(adapter["channels"]) != len(student):
         raise ConfigError(join_path(join_path(path, "adapter"), "channels"),
                           f"{len(adapter['channels'])} pairs for {len(student)} student modules")
-    return JobSpec(name, kind, student, {k: list(v) for k, v in teachers.items()}, loss, weight, warm, adapter, path)
+    return JobSpec(name, kind, student, {k: list(v) for k, v in teachers.items()}, losses, options, weight, warm,
+                   adapter, path)
 
 
 def read_teacher(entry, path, index):
@@ -227,7 +261,11 @@ def read_teacher(entry, path, index):
     bn_mode = entry.get("bn_mode", "eval")
     if bn_mode not in ("eval", "train"):
         raise ConfigError(join_path(path, "bn_mode"), f"{bn_mode!r} is not one of eval, train")
-    return TeacherSpec(name, entry["net"], weight, bn_mode, path)
+    parts = entry.get("parts")
+    if parts is not None and (not isinstance(parts, list) or not parts or
+                              not all(isinstance(p, str) and p for p in parts)):
+        raise ConfigError(join_path(path, "parts"), f"expected a list of part names, got {parts!r}")
+    return TeacherSpec(name, entry["net"], weight, bn_mode, path, parts)
 
 
 def read_spec(section, path="distill"):
@@ -267,4 +305,5 @@ def read_spec(section, path="distill"):
         if t.name not in used:
             raise ConfigError(join_path(t.path, "name"), f"teacher {t.name!r} is in no mimic job",
                               "remove it, or name it in a job's teachers")
-    return DistillSpec(task_loss, teachers, jobs)
+    adapt = read_adapt_parts(section.get("adapt"), join_path(path, "adapt"))
+    return DistillSpec(task_loss, teachers, jobs, adapt)

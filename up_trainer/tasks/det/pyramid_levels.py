@@ -4,7 +4,6 @@ the levels stacked above the backbone's."""
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.ops.feature_pyramid_network import ExtraFPNBlock
@@ -35,6 +34,8 @@ class ExtraLevels(ExtraFPNBlock):
         self.mode, self.use_p5, self.count = mode, use_p5, count
         if mode == "conv":
             self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, 2, 1) for _ in range(count))
+        else:  # modules, not F.max_pool2d, so a level has a path (UP's p6_pool) for distillation
+            self.pools = nn.ModuleList(nn.MaxPool2d(1, 2, 0) for _ in range(count))
         self._fpn = []
 
     def attach(self, fpn):
@@ -47,7 +48,7 @@ class ExtraLevels(ExtraFPNBlock):
             src = results[-1] if self.use_p5 else self._fpn[0].get_result_from_inner_blocks(x[-1], -1)
         level = len(results)
         for i in range(self.count):
-            src = F.max_pool2d(src, 1, 2, 0) if self.mode == "pool" else self.convs[i](src)
+            src = self.pools[i](src) if self.mode == "pool" else self.convs[i](src)
             results.append(src)
             names.append(f"p{level + i}")
         return results, names

@@ -19,7 +19,7 @@ from ...errors import ConfigError, join_path
 from .backbones import build_resnet
 from .det_parts import UPExtraLevels
 from .det_readers import read_faster, read_retina
-from .keymap import BOX_HEAD, RETINA_HEAD, RPN_HEAD, backbone_rules, fpn_rules, translate
+from .keymap import BOX_HEAD, RETINA_HEAD, RPN_HEAD, backbone_rules, fpn_rules, module_path, translate
 from .layers import initialize, norm_layer, read_initializer
 from .options import entry_options
 
@@ -100,6 +100,7 @@ def build_detector(shape, net_cfg, path):
     model.up_part_names = names
     model.up_weight_rules = _weight_rules(shape, net_cfg[0]["type"], names, fpn, len(trunk.out_layers))
     model.translate_up_weights = partial(translate, parts=model.up_weight_rules)
+    model.up_module_path = partial(module_path, parts=model.up_weight_rules)  # UP's names in distill jobs
     model.strides = fpn.out_strides
     return model
 

@@ -71,7 +71,8 @@ def rename(key, rules):
 
 def fpn_rules(start, n_in, n_extra):
     """UP's FPN: c{level}_lateral and p{level}_conv per backbone level, p{level}_conv for the
-    stride-2 convs above them (level = start_level + index)."""
+    stride-2 convs above them, p{level}_pool for the max-pools (downsample: pool; no weights,
+    the name is for module paths) (level = start_level + index)."""
     rules = []
     for i in range(n_in):  # with UP's normalize: {conv, bn|gn} inside each; torchvision's Sequential(conv, norm)
         for up, ours in ((f"c{start + i}_lateral", f"inner_blocks.{i}"), (f"p{start + i}_conv", f"layer_blocks.{i}")):
@@ -79,6 +80,7 @@ def fpn_rules(start, n_in, n_extra):
                       (rf"^{up}\.", f"{ours}.0.")]
     for j in range(n_extra):
         rules.append((rf"^p{start + n_in + j}_conv\.", f"extra_blocks.convs.{j}."))
+        rules.append((rf"^p{start + n_in + j}_pool\.", f"extra_blocks.pools.{j}."))
     return r"^c\d+_lateral\.", rules
 
 
@@ -96,6 +98,16 @@ BOX_HEAD = (r"^fc6\.", [(r"^fc(6|7)\.", r"box_head.fc\1."), (r"^fc_rcnn_cls\.", 
 def backbone_rules(backbone_type):
     fam = family(backbone_type)
     return SIGNATURES[fam], RULES[fam]
+
+
+def module_path(name, parts):
+    """Our dotted module path for UP's ``name`` (``neck.p2_conv`` -> ``neck.layer_blocks.0.0``)
+    by the same rules as the parameter names, or None when no rule renames it."""
+    part, _, rest = name.partition(".")
+    if part not in parts or not rest:
+        return None
+    out = f"{part}.{rename(rest + '.', parts[part][1])}".rstrip(".")
+    return out if out != name else None
 
 
 def translate(state, parts):

@@ -14,7 +14,7 @@ from ...errors import ConfigError
 from .backbones import build_resnet
 from .det_net import read_fpn, up_model_attrs
 from .det_readers import _nms_thresh
-from .keymap import backbone_rules, fpn_rules, translate
+from .keymap import backbone_rules, fpn_rules, module_path, translate
 from .layers import initialize, read_initializer
 from .options import entry_options, read_num_classes, typed_part
 from .two_stage_readers import matcher_kwargs, read_bbox_post, read_cls_loss, read_loc_loss, read_roipooling, \
@@ -254,4 +254,5 @@ def build_two_stage_net(shape, net_cfg, path):
         n_in = len(trunk.out_layers)
         rules[names[1]] = fpn_rules(neck.up_start_level, n_in, len(neck.out_strides) - n_in)
     model.translate_up_weights = partial(translate, parts=rules)
+    model.up_module_path = partial(module_path, parts=rules)  # UP's names in distill jobs
     return model

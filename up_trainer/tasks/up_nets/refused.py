@@ -20,7 +20,7 @@ REFUSED = {
     "xmnet_search": ("XMNet backbone decoded from a searched cell code (MBConv / fused-conv stages; the "
                      "search itself ran in UP's tooling)", "resnet18 (UP form)"),
     "ADAP": ("distillation feature adapter (a net part feeding UP's FRS and DeFeat mimic jobs)",
-             "distill.mimic[].adapter: a learned 1x1 adapter on a student module (docs/distill.rst)"),
+             "runtime.runner: kd reads it as a distill.adapt part (docs/distill.rst)"),
 }
 for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNAS sub-network part"),
                        ("BigRetina", "BigNAS RetinaNet head"), ("BignasRetina", "BigNAS RetinaNet head")):
