@@ -168,8 +168,8 @@ def test_without_the_kd_runner_teacher_and_mimic_are_ignored_as_in_up(tmp_path):
 
 
 def test_an_unknown_up_runner_and_unread_mimic_keys_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"^runtime.runner.type: UP's 'quant' runner is not mapped"):
-        resolve_config(_up_file(tmp_path, runtime={"runner": {"type": "quant"}}))
+    with pytest.raises(ConfigError, match=r"^runtime.runner.type: UP's 'made_up' runner is not mapped"):
+        resolve_config(_up_file(tmp_path, runtime={"runner": {"type": "made_up"}}))
     with open(os.path.join(UP_DISTILLER, "cls", "res18_kd.yaml")) as f:
         mimic = yaml.safe_load(f)["mimic"]
     mimic["teacher"]["teacher_bn"] = "train"

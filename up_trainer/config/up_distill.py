@@ -166,7 +166,8 @@ def translate_distill(cfg, notes):
     tkeys = _teacher_keys(cfg)
     runner = translate_sparse(cfg, runner, notes)  # UP's sparse runner + sparsity section (up_sparse.py)
     if runner not in (None, "kd", "base"):
-        raise ConfigError("runtime.runner.type", f"UP's {runner!r} runner is not mapped", "kd (distillation) or base")
+        raise ConfigError("runtime.runner.type", f"UP's {runner!r} runner is not mapped",
+                          "mapped runners: base, kd, quant, sparse, multitask, bignas")
     if runner != "kd":
         if runner == "base":
             notes.append("runtime.runner: base (UP's default runner) recorded")
