@@ -35,6 +35,7 @@ BIGNAS_KEYS = {"train": ("sample_subnet_num", "sample_strategy", "valid_before_t
                           "test_subnet_latency", "sample_with_finetune"),
                "latency": None, "display": None}
 SANDWICH = ("max", "min", "random")
+SUPERNET_TRUNKS = ("big_resnet_basic", "big_regnet")  # detection (bignas_net.py), classification (bignas_regnet.py)
 SAMPLING_KEYS = ("flops_range", "baseline_flops", "subnet_count", "subnet_sample_mode")
 
 
@@ -164,7 +165,7 @@ def _calibration_split(dataset, notes):
 def _supernet_training(cfg, bignas, types, notes):
     """The supernet file without a subnet: UP's train_supnet phase, trained with the sandwich
     rule (tasks/up_nets/bignas_supernet.py), its schedule handed to the net."""
-    if not types or types[0] != "big_resnet_basic":  # the net reader refuses big_regnet etc. in one line
+    if not types or types[0] not in SUPERNET_TRUNKS:  # the net reader refuses other big_* parts in one line
         notes.append("runtime.runner: bignas: the net has no mapped BigNAS supernet part; it trains as a plain "
                      "net (UP's controller finds nothing to sample)")
         return
@@ -232,7 +233,7 @@ def translate_bignas(cfg, notes):
                               "evaluated) is not built", "instead: up flops lists sampled subnets' FLOPs; evaluate "
                               "a chosen one with bignas.subnet.subnet_settings and up eval; docs/up/nas.rst")
         _supernet_training(cfg, bignas, types, notes)
-        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] == "big_resnet_basic":
+        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] in SUPERNET_TRUNKS:
             read_sampling_keys(subnet, "bignas.subnet")  # checked here, under UP's key
             entry = cfg["net"][0]
             entry["kwargs"]["bignas_subnet_sampling"] = {k: subnet[k] for k in ("subnet_count", "flops_range")

@@ -19,16 +19,17 @@ from torch import nn
 from .bignas_parts import BigNASFPN, BigNASRetinaHead, conv_norm_act, make_divisible
 
 
-def conv(x, module, out=None, kernel=None):
+def conv(x, module, out=None, kernel=None, groups=1):
     """``module`` (an nn.Conv2d at full size) on ``x``'s channels, its first ``out`` filters
-    and the centre ``kernel`` x ``kernel`` of each."""
+    and the centre ``kernel`` x ``kernel`` of each; in ``groups`` groups, each filter reads the
+    first ``channels / groups`` of its stored inputs (UP's dynamic group conv)."""
     w = module.weight
     out = w.shape[0] if out is None else out
     kernel = w.shape[-1] if kernel is None else kernel
     start = (w.shape[-1] - kernel) // 2
-    w = w[:out, :x.shape[1], start:start + kernel, start:start + kernel]
+    w = w[:out, :x.shape[1] // groups, start:start + kernel, start:start + kernel]
     bias = None if module.bias is None else module.bias[:out]
-    return F.conv2d(x, w, bias, module.stride, kernel // 2)
+    return F.conv2d(x, w, bias, module.stride, kernel // 2, 1, groups)
 
 
 def norm(x, bn):
