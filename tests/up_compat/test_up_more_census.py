@@ -25,8 +25,6 @@ REFUSED = {
     'distiller/det/faster_rcnn/faster_rcnn_r152_50_1x_sample_feature_mimic.yaml': "mimic.mimic_ins_type: UP's SampleFeature mimic",
     # -- multitask --
     # -- nas --
-    'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
-    'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
