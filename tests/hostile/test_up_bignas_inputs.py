@@ -132,7 +132,8 @@ REGNET_CASES = [  # the RegNet classification supernet's space and parts
     (_net(0, "expand_ratio", [1, 1, 1, 1]), "net[0].kwargs.expand_ratio: 4 stages"),
     (_net(0, "se_stages", [False, True, True, True, True]), "net[0].kwargs.se_stages: [False, True, True, True, "
      "True] is not supported for UP's big_regnet"),
-    (_net(0, "task", "classification"), "net[0].kwargs.task: 'classification' is not supported for UP's big_regnet; only 'detection' (the supernet's own"),
+    (_net(0, "task", "classification"),
+     "net[0].kwargs.task: 'classification' is not supported for UP's big_regnet; only 'detection' (the supernet's own"),
     (_net(0, "normalize", {"type": "gn", "kwargs": {"num_groups": 8}}),
      "net[0].kwargs.normalize.type: an elastic net runs BatchNorm on slices"),
     (_net(1, "in_plane", 512), "net[1].kwargs.in_plane: 512 is not supported for UP's BigClsHead; only 768"),

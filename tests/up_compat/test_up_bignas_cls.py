@@ -7,6 +7,7 @@ import copy
 import os
 import random
 
+import pytest
 import torch
 
 from conftest import UP_FIXTURES, invoke
@@ -116,3 +117,16 @@ def test_up_flops_lists_sampled_subnets_within_the_range():
     values = [float(r.split()[0][:-1]) for r in rows]
     assert values == sorted(values) and all(12 <= v <= 20 for v in values), rows
     assert all('"backbone": {"depth": [1, 1, ' in r and '"group_width": [16, 16, 16, 16, 16]' in r for r in rows)
+
+
+@pytest.mark.slow
+def test_supernet_trains_an_epoch_and_saves_its_step(up_data, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    res = invoke(["train", "--config", os.path.join(UP_FIXTURES, SUPNET), "--work-dir", str(run_dir), "--device",
+                  "cpu", "--opts", *data_opts(SUPNET, up_data), "trainer.max_epoch=1",
+                  "trainer.lr_scheduler.warmup_epochs=0", "dataset.train.dataloader.kwargs.num_workers=0",
+                  "dataset.test.dataloader.kwargs.num_workers=0"])
+    assert res.exit_code == 0, res.stderr or res.exception
+    ckpt = sorted(run_dir.rglob("ckpt_e*.pth"))[-1]
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
+    assert int(state["bignas_step"]) == 6  # 12 digit images, batch 2: one subnet per iteration
