@@ -1,7 +1,8 @@
 """UP's BigNAS files (``runtime.runner: bignas``), translated into the supernet or one subnet.
 
 UP trains a weight-sharing supernet (``big_resnet_basic`` + ``big_fpn`` +
-``BigRetinaHeadWithBN``) and then samples, evaluates or fine-tunes subnets of it, the phase
+``BigRetinaHeadWithBN`` for detection, ``big_regnet`` + ``BigClsHead`` for classification:
+:mod:`up_trainer.tasks.up_nets.bignas_regnet`) and then samples, evaluates or fine-tunes subnets of it, the phase
 chosen by UP's ``--phase`` flag. Here the phase follows from the file. A file that names its
 subnet runs that subnet as a plain detector:
 

@@ -3,7 +3,8 @@ and ``BigRetinaHeadWithBN``. Every tensor is allocated at the space's largest va
 runs the subnet in ``active`` (per part: ``depth``, ``out_channel``, ``kernel_size``,
 ``expand_ratio`` per stage) on slices of it, as UP's dynamic ops do: each stage's first
 ``depth`` blocks, each weight's first output / input channels and the centre of its kernel,
-each norm's first channels (running statistics updated in place through the slice).
+each norm's first channels (running statistics updated in place through the slice). The
+sliced ``conv`` and ``norm`` also run the RegNet classification supernet (:mod:`.bignas_regnet`).
 
 Parameter names are UP's dynamic ones, so a supernet checkpoint (UP's or ours) slices into a
 subnet (:mod:`.bignas_weights`) and UP's supernet checkpoints load here by name: a stage's first
