@@ -141,6 +141,8 @@ REGNET_CASES = [  # the RegNet classification supernet's space and parts
     (lambda c: c["net"][1].update(type="base_cls_head"), "net: the UP parts big_regnet + base_cls_head + "
      "base_cls_postprocess do not form a mapped BigNAS classifier"),
     (_train("sample_strategy", ["max", "middle"]), "bignas.train.sample_strategy: ['max', 'middle'] is not built"),
+    (lambda c: c["bignas"].setdefault("subnet", {}).update(subnet_settings={"backbone": {"depth": [1, 1, 2, 5, 4]}}),
+     "bignas.subnet.subnet_settings: a fixed subnet of UP's RegNet supernet"),
 ]
 
 

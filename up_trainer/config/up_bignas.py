@@ -245,6 +245,10 @@ def translate_bignas(cfg, notes):
             for key in [k for k in subnet if k not in ("subnet_count", "flops_range")]:
                 notes.append(f"bignas.subnet.{key}: recorded; not read (up flops counts at its --input-size)")
         return
+    if types and types[0] == "big_regnet":
+        raise ConfigError("bignas.subnet.subnet_settings", "a fixed subnet of UP's RegNet supernet (static "
+                          "bignas_regnet) is not built", "write the subnet's values as fixed lists in net[0].kwargs "
+                          "(the supernet at one point; a supernet checkpoint slices into it), docs/up/nas.rst")
     if not types or types[0] not in SUPERNET:
         raise ConfigError("net[0].type", f"{types[0] if types else None!r} is not a mapped BigNAS supernet part",
                           f"mapped: {', '.join(SUPERNET)}; UP's subnet files use {', '.join(SUPERNET.values())}")
