@@ -114,10 +114,41 @@ SUPNET_CASES = [
      "net[0].kwargs.kernel_size.space.stride: required when min and max differ"),
 ]
 
+REGNET = os.path.join(UP_FIXTURES, "nas", "bignas", "cls", "bignas_regnet_800m_train_supnet.yaml")
+
+
+def _regnet_space(element, key, value):
+    return lambda c: c["net"][0]["kwargs"][element]["space"].update({key: value})
+
+
+REGNET_CASES = [  # the RegNet classification supernet's space and parts
+    (_regnet_space("out_channel", "min", [32, 96, 96, 224, 576]),
+     "net[0].kwargs.out_channel.space.min: stage 1: no values between min 96 and max 80"),
+    (_regnet_space("depth", "min", [1, 1, 5, 5, 4]), "net[0].kwargs.depth.space.min: stage 2: no values between"),
+    (_net(0, "group_width", [16, 16, 24, 16, 16]),
+     "net[0].kwargs.group_width: stage 2: group width 24 does not divide the middle widths [128, 160]"),
+    (_net(0, "group_width", [16, 16, 16, 16, 0]), "net[0].kwargs.group_width: stage 4 allows [0]"),
+    (_net(0, "group_width", [16, 16, 16, 16, 1.5]), "net[0].kwargs.group_width: stage 4 allows [1.5]"),
+    (_net(0, "expand_ratio", [1, 1, 1, 1]), "net[0].kwargs.expand_ratio: 4 stages"),
+    (_net(0, "se_stages", [False, True, True, True, True]), "net[0].kwargs.se_stages: [False, True, True, True, "
+     "True] is not supported for UP's big_regnet"),
+    (_net(0, "task", "classification"),
+     "net[0].kwargs.task: 'classification' is not supported for UP's big_regnet; only 'detection' (the supernet's own"),
+    (_net(0, "normalize", {"type": "gn", "kwargs": {"num_groups": 8}}),
+     "net[0].kwargs.normalize.type: an elastic net runs BatchNorm on slices"),
+    (_net(1, "in_plane", 512), "net[1].kwargs.in_plane: 512 is not supported for UP's BigClsHead; only 768"),
+    (_net(1, "num_classes", [10, 2]), "net[1].kwargs.num_classes: one positive class count"),
+    (lambda c: c["net"][1].update(type="base_cls_head"), "net: the UP parts big_regnet + base_cls_head + "
+     "base_cls_postprocess do not form a mapped BigNAS classifier"),
+    (_train("sample_strategy", ["max", "middle"]), "bignas.train.sample_strategy: ['max', 'middle'] is not built"),
+    (lambda c: c["bignas"].setdefault("subnet", {}).update(subnet_settings={"backbone": {"depth": [1, 1, 2, 5, 4]}}),
+     "bignas.subnet.subnet_settings: a fixed subnet of UP's RegNet supernet"),
+]
+
 
 @pytest.mark.parametrize("source, edit, where", [(FINETUNE, e, w) for e, w in FINETUNE_CASES]
                          + [(SUBNET, e, w) for e, w in SUBNET_CASES] + [(SUPNET, e, w) for e, w in SUPNET_CASES]
-                         + [(FLOPS, e, w) for e, w in FLOPS_CASES])
+                         + [(FLOPS, e, w) for e, w in FLOPS_CASES] + [(REGNET, e, w) for e, w in REGNET_CASES])
 def test_hostile_value_is_one_line_naming_the_key(tmp_path, source, edit, where):
     res = invoke(["config", "--config", _edited(tmp_path, source, edit)])
     assert res.exit_code == 2, res.stderr or res.exception

@@ -20,8 +20,6 @@ REFUSED = {
     # -- distiller --
     # -- multitask --
     # -- nas --
-    'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
-    'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --

@@ -1,7 +1,8 @@
 """UP's BigNAS files (``runtime.runner: bignas``), translated into the supernet or one subnet.
 
 UP trains a weight-sharing supernet (``big_resnet_basic`` + ``big_fpn`` +
-``BigRetinaHeadWithBN``) and then samples, evaluates or fine-tunes subnets of it, the phase
+``BigRetinaHeadWithBN`` for detection, ``big_regnet`` + ``BigClsHead`` for classification:
+:mod:`up_trainer.tasks.up_nets.bignas_regnet`) and then samples, evaluates or fine-tunes subnets of it, the phase
 chosen by UP's ``--phase`` flag. Here the phase follows from the file. A file that names its
 subnet runs that subnet as a plain detector:
 
@@ -35,6 +36,7 @@ BIGNAS_KEYS = {"train": ("sample_subnet_num", "sample_strategy", "valid_before_t
                           "test_subnet_latency", "sample_with_finetune"),
                "latency": None, "display": None}
 SANDWICH = ("max", "min", "random")
+SUPERNET_TRUNKS = ("big_resnet_basic", "big_regnet")  # detection (bignas_net.py), classification (bignas_regnet.py)
 SAMPLING_KEYS = ("flops_range", "baseline_flops", "subnet_count", "subnet_sample_mode")
 
 
@@ -164,7 +166,7 @@ def _calibration_split(dataset, notes):
 def _supernet_training(cfg, bignas, types, notes):
     """The supernet file without a subnet: UP's train_supnet phase, trained with the sandwich
     rule (tasks/up_nets/bignas_supernet.py), its schedule handed to the net."""
-    if not types or types[0] != "big_resnet_basic":  # the net reader refuses big_regnet etc. in one line
+    if not types or types[0] not in SUPERNET_TRUNKS:  # the net reader refuses other big_* parts in one line
         notes.append("runtime.runner: bignas: the net has no mapped BigNAS supernet part; it trains as a plain "
                      "net (UP's controller finds nothing to sample)")
         return
@@ -232,7 +234,7 @@ def translate_bignas(cfg, notes):
                               "evaluated) is not built", "instead: up flops lists sampled subnets' FLOPs; evaluate "
                               "a chosen one with bignas.subnet.subnet_settings and up eval; docs/up/nas.rst")
         _supernet_training(cfg, bignas, types, notes)
-        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] == "big_resnet_basic":
+        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] in SUPERNET_TRUNKS:
             read_sampling_keys(subnet, "bignas.subnet")  # checked here, under UP's key
             entry = cfg["net"][0]
             entry["kwargs"]["bignas_subnet_sampling"] = {k: subnet[k] for k in ("subnet_count", "flops_range")
@@ -243,6 +245,10 @@ def translate_bignas(cfg, notes):
             for key in [k for k in subnet if k not in ("subnet_count", "flops_range")]:
                 notes.append(f"bignas.subnet.{key}: recorded; not read (up flops counts at its --input-size)")
         return
+    if types and types[0] == "big_regnet":
+        raise ConfigError("bignas.subnet.subnet_settings", "a fixed subnet of UP's RegNet supernet (static "
+                          "bignas_regnet) is not built", "write the subnet's values as fixed lists in net[0].kwargs "
+                          "(the supernet at one point; a supernet checkpoint slices into it), docs/up/nas.rst")
     if not types or types[0] not in SUPERNET:
         raise ConfigError("net[0].type", f"{types[0] if types else None!r} is not a mapped BigNAS supernet part",
                           f"mapped: {', '.join(SUPERNET)}; UP's subnet files use {', '.join(SUPERNET.values())}")

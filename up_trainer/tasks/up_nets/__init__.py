@@ -47,10 +47,11 @@ PLUS_POSTS = ("retina_post", "retina_post_iou")
 ONENET_POST = "onenet_post"
 BIGNAS_PARTS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed BigNAS subnet
                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # and its supernet
+BIGNAS_CLS_PARTS = ("big_regnet", "BigClsHead")  # the RegNet classification supernet: bignas_regnet.py
 TWO_STAGE_TYPES = ("BboxRes5_Pre", "BboxRes5", "BboxRFCN_Pre", "BboxRFCN", "CascadeFC")
 UP_ONLY_TYPES = set(("fpn_cls_head",) + CLS_PARTS + CLS_HEADS + RETINA_PARTS + FASTER_PARTS + YOLOX_PARTS + FCOS_PARTS
                     + PLUS_HEADS + PLUS_POSTS + TWO_STAGE_TYPES + YOLOV6_PARTS + YOLOV5_PARTS + (ONENET_POST,)
-                    + BIGNAS_PARTS)
+                    + BIGNAS_PARTS + BIGNAS_CLS_PARTS)
 
 
 def _up_backbones():
@@ -107,6 +108,8 @@ def _shape(net_cfg, path):
     types = tuple(e["type"] for e in net_cfg)
     if types[0] in (BIGNAS_PARTS[0], BIGNAS_PARTS[3]):
         return "bignas"  # its parts are checked by the BigNAS reader
+    if types[0] == BIGNAS_CLS_PARTS[0]:
+        return "bignas_cls"  # its parts are checked by the BigNAS RegNet reader
     if types[0] == YOLOV5_PARTS[0]:
         if types == YOLOV5_PARTS:
             return "yolov5"
@@ -192,6 +195,10 @@ def build_up_net(net_cfg, path="net"):
         from .bignas_net import build_bignas_net
 
         return build_bignas_net(net_cfg, path)
+    if shape == "bignas_cls":
+        from .bignas_regnet import build_bignas_classifier
+
+        return build_bignas_classifier(net_cfg, path)
     if shape == "yolox":
         from .yolox_net import build_yolox_net
 

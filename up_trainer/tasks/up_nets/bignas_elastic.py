@@ -3,7 +3,8 @@ and ``BigRetinaHeadWithBN``. Every tensor is allocated at the space's largest va
 runs the subnet in ``active`` (per part: ``depth``, ``out_channel``, ``kernel_size``,
 ``expand_ratio`` per stage) on slices of it, as UP's dynamic ops do: each stage's first
 ``depth`` blocks, each weight's first output / input channels and the centre of its kernel,
-each norm's first channels (running statistics updated in place through the slice).
+each norm's first channels (running statistics updated in place through the slice). The
+sliced ``conv`` and ``norm`` also run the RegNet classification supernet (:mod:`.bignas_regnet`).
 
 Parameter names are UP's dynamic ones, so a supernet checkpoint (UP's or ours) slices into a
 subnet (:mod:`.bignas_weights`) and UP's supernet checkpoints load here by name: a stage's first
@@ -19,16 +20,17 @@ from torch import nn
 from .bignas_parts import BigNASFPN, BigNASRetinaHead, conv_norm_act, make_divisible
 
 
-def conv(x, module, out=None, kernel=None):
+def conv(x, module, out=None, kernel=None, groups=1):
     """``module`` (an nn.Conv2d at full size) on ``x``'s channels, its first ``out`` filters
-    and the centre ``kernel`` x ``kernel`` of each."""
+    and the centre ``kernel`` x ``kernel`` of each; in ``groups`` groups, each filter reads the
+    first ``channels / groups`` of its stored inputs (UP's dynamic group conv)."""
     w = module.weight
     out = w.shape[0] if out is None else out
     kernel = w.shape[-1] if kernel is None else kernel
     start = (w.shape[-1] - kernel) // 2
-    w = w[:out, :x.shape[1], start:start + kernel, start:start + kernel]
+    w = w[:out, :x.shape[1] // groups, start:start + kernel, start:start + kernel]
     bias = None if module.bias is None else module.bias[:out]
-    return F.conv2d(x, w, bias, module.stride, kernel // 2)
+    return F.conv2d(x, w, bias, module.stride, kernel // 2, 1, groups)
 
 
 def norm(x, bn):

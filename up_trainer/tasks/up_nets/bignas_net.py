@@ -186,7 +186,8 @@ def build_bignas_net(net_cfg, path):
     from .bignas_weights import slice_supernet
     from .det_parts import up_cell_anchors
 
-    from .bignas_supernet import BigNASSupernet, largest, read_space
+    from .bignas_sampling import largest
+    from .bignas_supernet import BigNASSupernet, read_space
 
     types = tuple(e["type"] for e in net_cfg)
     if types[:3] not in (PARTS, SUPERNET_PARTS) or len(types) != 4 or types[3] != "retina_post":

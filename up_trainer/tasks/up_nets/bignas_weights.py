@@ -14,7 +14,10 @@ import logging
 import re
 
 log = logging.getLogger("up")
-_BLOCK = re.compile(r"^backbone\.blocks\.(\d+)\.(.*)$")
+
+
+def _block_re(prefix):
+    return re.compile(rf"^{re.escape(prefix)}\.blocks\.(\d+)\.(.*)$")
 
 
 def _rename_entries(state, names):
@@ -22,15 +25,15 @@ def _rename_entries(state, names):
     return {next((prefixes[p] + k[len(p):] for p in prefixes if k.startswith(p)), k): v for k, v in state.items()}
 
 
-def is_supernet(state):
-    return any(re.match(r"^backbone\.blocks\.\d+\.shortcutbn\.", k) or k.startswith("roi_head.cls_subnet_pred.conv.")
-               for k in state)
+def is_supernet(state, prefix="backbone"):
+    return any(re.match(rf"^{re.escape(prefix)}\.blocks\.\d+\.shortcutbn\.", k) or
+               k.startswith("roi_head.cls_subnet_pred.conv.") for k in state)
 
 
-def _supernet_stages(state):
+def _supernet_stages(state, block):
     """[[block index, ...] per trunk stage 1..4] from the stage-first blocks' shortcuts."""
-    indices = sorted({int(m.group(1)) for m in map(_BLOCK.match, state) if m})
-    firsts = {int(m.group(1)) for m in map(_BLOCK.match, state) if m and m.group(2).startswith("shortcut.weight")}
+    indices = sorted({int(m.group(1)) for m in map(block.match, state) if m})
+    firsts = {int(m.group(1)) for m in map(block.match, state) if m and m.group(2).startswith("shortcut.weight")}
     stages = []
     for i in indices:
         if i in firsts or not stages:
@@ -39,11 +42,12 @@ def _supernet_stages(state):
     return stages
 
 
-def _blocks(state, model):
-    """The trunk's block keys renumbered from the supernet's stages to the subnet's."""
-    trunk = model.backbone
+def _blocks(state, trunk, prefix, static):
+    """The trunk's block keys renumbered from the supernet's stages to the subnet's (and, for
+    a ``static`` subnet, the shortcut renamed to its conv block)."""
+    block = _block_re(prefix)
     starts = [0] + [end + 1 for end in trunk.stage_ends[:-1]]
-    super_stages = _supernet_stages(state)
+    super_stages = _supernet_stages(state, block)
     mapping = {}
     for stage, (start, end) in enumerate(zip(starts, trunk.stage_ends)):
         sources = super_stages[stage] if stage < len(super_stages) else []
@@ -52,7 +56,7 @@ def _blocks(state, model):
                 mapping[sources[j]] = own
     out, unused = {}, set()
     for key, value in state.items():
-        m = _BLOCK.match(key)
+        m = block.match(key)
         if not m:
             out[key] = value
             continue
@@ -60,9 +64,10 @@ def _blocks(state, model):
             unused.add(int(m.group(1)))  # deeper than the subnet's stage
             continue
         rest = m.group(2)
-        rest = re.sub(r"^shortcut\.weight$", "shortcut.conv.weight", rest)
-        rest = re.sub(r"^shortcutbn\.", "shortcut.bn.", rest)
-        out[f"backbone.blocks.{mapping[int(m.group(1))]}.{rest}"] = value
+        if static:
+            rest = re.sub(r"^shortcut\.weight$", "shortcut.conv.weight", rest)
+            rest = re.sub(r"^shortcutbn\.", "shortcut.bn.", rest)
+        out[f"{prefix}.blocks.{mapping[int(m.group(1))]}.{rest}"] = value
     if unused:
         log.info("supernet checkpoint: blocks %s are deeper than the subnet's stages; not used", sorted(unused))
     return out
@@ -81,17 +86,21 @@ def _slice(value, shape):
     return value[tuple(index)].clone()
 
 
-def slice_supernet(state, model, names):
+def slice_supernet(state, model, names, static=True):
     """``state`` with UP's entry names mapped and, when it is a supernet checkpoint, sliced to
-    ``model``'s shapes."""
-    state = _rename_entries(state, names)
+    ``model``'s shapes. ``static``: the detection model of UP's static subnet parts (entries
+    renamed backbone / neck / roi_head); otherwise an elastic model whose space is smaller
+    (the classifier's trunk under its entry name ``names[0]``)."""
+    if static:
+        state = _rename_entries(state, names)
     if "bignas_step" in state and "bignas_step" not in model.state_dict():
         state = {k: v for k, v in state.items() if k != "bignas_step"}  # the supernet's sampling counter
     from .bignas_parts import BigNASResNetBasic
 
-    if not is_supernet(state) or not isinstance(model.backbone, BigNASResNetBasic):
+    prefix = "backbone" if static else names[0]
+    if not is_supernet(state, prefix) or (static and not isinstance(model.backbone, BigNASResNetBasic)):
         return state  # a subnet's checkpoint, or a supernet's loading into a supernet: by name
-    state = _blocks(state, model)
+    state = _blocks(state, getattr(model, prefix), prefix, static)
     state = {re.sub(r"^roi_head\.(cls|box)_subnet_pred\.conv\.", r"roi_head.\1_subnet_pred.", k): v
              for k, v in state.items()}
     own = model.state_dict()

@@ -8,8 +8,6 @@ _CLS = "the UP form with resnet18/34/50/101, mobilenetv2, regnetx/y_200m/400m, s
 # type -> (what it is in UP, what we offer instead)
 REFUSED = {
     # -- classification backbones / heads ----------------------------------------------------
-    "BigClsHead": ("BigNAS super-network head", "base_cls_head"),
-    "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
     "base_ssl_postprocess": ("self-supervised loss post-process", "the ssl net entry it follows (docs/ssl.rst)"),
     # -- detection ----------------------------------------------------------------------------
     "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
@@ -28,7 +26,8 @@ for _prefix, _what in (("big_", "BigNAS super-network part"), ("bignas_", "BigNA
 
 
 MAPPED_BIGNAS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed subnet and
-                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN")  # the supernet: bignas_net.py
+                 "big_resnet_basic", "big_fpn", "BigRetinaHeadWithBN",  # the supernet: bignas_net.py
+                 "big_regnet", "BigClsHead")  # the RegNet classification supernet: bignas_regnet.py
 
 
 def refusal(mtype):
