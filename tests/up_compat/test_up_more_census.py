@@ -41,7 +41,6 @@ REFUSED = {
     # UP's own ImageNetEvaluator takes no num_classes either (UP stops there with a TypeError)
     'sparse/cls/resnet/res18_ampere_sparse.yaml': "dataset.evaluator.kwargs.num_classes: unknown argument",
     # -- ssl --
-    'ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml': "trainer.optimizer.pconfig.layer_decay: UP's layer_decay (vit_base) is not supported",
 }
 
 
