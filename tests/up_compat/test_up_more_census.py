@@ -27,7 +27,6 @@ REFUSED = {
     # -- nas --
     'nas/bignas/cls/bignas_regnet_800m_sample_flops.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
     'nas/bignas/cls/bignas_regnet_800m_train_supnet.yaml': "net[0].type: big_regnet is UP's BigNAS RegNet super-network",
-    'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
     'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",

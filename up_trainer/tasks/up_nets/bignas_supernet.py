@@ -100,10 +100,11 @@ class BigNASSupernet(RetinaPlusModel):
 
     kind = "retina_plus"
 
-    def __init__(self, *args, space, schedule, sampling=None, **kwargs):
+    def __init__(self, *args, space, schedule, sampling=None, accuracy=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.space, self.schedule = space, list(schedule)
         self.sampling = sampling  # (subnet_count, flops range) for up flops: bignas_flops.py
+        self.accuracy = accuracy  # UP's sample_accuracy options for up eval: bignas_accuracy.py
         self.hold_subnet = False  # evaluate the subnet set_subnet chose rather than the largest
         self.register_buffer("bignas_step", torch.zeros((), dtype=torch.long))
         self.subnet = None
@@ -113,12 +114,25 @@ class BigNASSupernet(RetinaPlusModel):
         settings = {"backbone": sample(self.space[0], mode, rng), "neck": sample(self.space[1], mode, rng),
                     "roi_head.cls_subnet": sample(self.space[2], mode, rng),
                     "roi_head.box_subnet": sample(self.space[2], mode, rng)}
+        self.activate(settings)
+        self.subnet = (mode, settings)
+        return settings
+
+    def activate(self, settings):
+        """Activate the subnet of ``settings`` (as set_subnet returns them)."""
         self.backbone.active = settings["backbone"]
         self.neck.active = settings["neck"]
         self.roi_head.active = {"cls_subnet": settings["roi_head.cls_subnet"],
                                 "box_subnet": settings["roi_head.box_subnet"]}
-        self.subnet = (mode, settings)
-        return settings
+        self.subnet = ("subnet", settings)
+
+    def evaluate_in(self, trainer):
+        """up eval: UP's sample_accuracy phase when the file asks for it, else the largest subnet."""
+        if self.accuracy is None:
+            return trainer.evaluate()
+        from .bignas_accuracy import sample_accuracy
+
+        return sample_accuracy(trainer, self, self.accuracy)
 
     def sampled_flops_lines(self, size):
         """``up flops``: the sampled subnets' multiply-adds (none without UP's sampling keys)."""
