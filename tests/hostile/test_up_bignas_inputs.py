@@ -91,7 +91,18 @@ FLOPS_CASES = [
     (_subnet("subnet_count", 0), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
     (_subnet("subnet_count", 10 ** 9), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
     (_subnet("baseline_flops", "-1G"), "bignas.subnet.baseline_flops: expected a count"),
-    (_subnet("calib_bn", True), "bignas.subnet.calib_bn: UP's sample_accuracy phase"),
+    (_subnet("sample_with_finetune", True), "bignas.subnet.sample_with_finetune: fine-tuning each sampled subnet"),
+]
+
+# UP's sample_accuracy file: up eval evaluates the sampled subnets (tasks/up_nets/bignas_accuracy.py)
+ACCURACY = os.path.join(DET, "bignas_retinanet_R18_sample_accuracy.yaml")
+ACCURACY_CASES = [
+    (_subnet("subnet_count", 0), "bignas.subnet.subnet_count: expected a whole number 1..100000, got 0"),
+    (_subnet("subnet_count", -4), "bignas.subnet.subnet_count: expected a whole number 1..100000, got -4"),
+    (_subnet("subnet_count", 2.5), "bignas.subnet.subnet_count: expected a whole number 1..100000, got 2.5"),
+    (_subnet("baseline_flops", "lots"), "bignas.subnet.baseline_flops: expected a count such as '200G'"),
+    (_subnet("sample_with_finetune", True), "bignas.subnet.sample_with_finetune: fine-tuning each sampled subnet"),
+    (lambda c: c["bignas"]["data"].update(metric1=5), "bignas.data.metric1: expected a metric name"),
 ]
 
 SUPNET_CASES = [
@@ -117,7 +128,8 @@ SUPNET_CASES = [
 
 @pytest.mark.parametrize("source, edit, where", [(FINETUNE, e, w) for e, w in FINETUNE_CASES]
                          + [(SUBNET, e, w) for e, w in SUBNET_CASES] + [(SUPNET, e, w) for e, w in SUPNET_CASES]
-                         + [(FLOPS, e, w) for e, w in FLOPS_CASES])
+                         + [(FLOPS, e, w) for e, w in FLOPS_CASES]
+                         + [(ACCURACY, e, w) for e, w in ACCURACY_CASES])
 def test_hostile_value_is_one_line_naming_the_key(tmp_path, source, edit, where):
     res = invoke(["config", "--config", _edited(tmp_path, source, edit)])
     assert res.exit_code == 2, res.stderr or res.exception
