@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from conftest import UP_FIXTURES, invoke  # noqa: E402
+from test_up_configs import data_opts, up_data  # noqa: F401  (tiny COCO digit scenes)
 from up_trainer.config.loader import load_file
 
 DET = os.path.join(UP_FIXTURES, "nas", "bignas", "det")
@@ -136,3 +137,28 @@ def test_hostile_value_is_one_line_naming_the_key(tmp_path, source, edit, where)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("up: error: ") and "Traceback" not in res.stderr, res.stderr
     assert where in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("extra, where", [
+    pytest.param(["bignas.subnet.flops_range=['1T','2T']"], "bignas.subnet.flops_range: none of the 20 subnets drawn",
+                 marks=pytest.mark.slow),  # 20 FLOP counts of the supernet
+    (["bignas.subnet.flops_range=['0.1G','2G']", "bignas.data.metric1=bbox.mAP"],
+     "bignas.data.metric1: 'bbox.mAP' is not a metric of the evaluator"),
+])
+def test_sample_accuracy_at_run_time_is_one_line(tmp_path, up_data, extra, where):  # noqa: F811
+    """up eval on the sample_accuracy file: a range no subnet falls in, a metric the evaluator
+    does not report."""
+    import torch
+
+    from up_trainer.config import resolve_config
+    from up_trainer.tasks.up_nets import build_up_net
+
+    opts = data_opts("nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml", up_data)
+    ckpt = tmp_path / "supernet.pth"
+    torch.save({"model": build_up_net(resolve_config(ACCURACY, opts)["net"]).state_dict()}, ckpt)
+    res = invoke(["eval", "--config", ACCURACY, "--checkpoint", str(ckpt), "--work-dir", str(tmp_path / "ev"),
+                  "--device", "cpu", "--opts", *opts, "bignas.subnet.subnet_count=1",
+                  "dataset.dataloader.kwargs.num_workers=0", *extra])
+    assert res.exit_code == 2, res.stderr or res.exception
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr and where in lines[0], res.stderr

@@ -107,6 +107,12 @@ def sample_accuracy(trainer, model, options):
     subnets, tries = draw_subnets(model, size, count, span)
     log.info("sample_accuracy: %d subnets of %d drawn (multiply-adds at 1x%s)", len(subnets), tries,
              "x".join(map(str, size)))
+    if not subnets:
+        raise ConfigError("bignas.subnet.flops_range", f"none of the {tries} subnets drawn has its multiply-adds "
+                          f"within {human(span[0])}..{human(span[1])} at 1x{'x'.join(map(str, size))}",
+                          "widen flops_range (up flops lists the supernet's range)")
+    names = options.get("metrics") or [trainer.evaluator.primary_metric]
+    metric = names[0]
     saved = {k: v.clone() for k, v in model.state_dict().items() if "running_" in k or "num_batches" in k}
     to_model = lambda b: batch_to_model(b, trainer.device, trainer.memory_format)  # noqa: E731
     rows, metrics = [], {}
@@ -116,25 +122,23 @@ def sample_accuracy(trainer, model, options):
             model.activate(settings)
             calibrate_norms(model, _calibration_batches(trainer), to_model)
             metrics = trainer.evaluate()
+            if metric not in metrics:  # known after the first evaluation: stop before the others run
+                raise ConfigError("bignas.data.metric1", f"{metric!r} is not a metric of the evaluator",
+                                  f"its metrics: {', '.join(sorted(metrics))}")
             rows.append({"macs": macs, **{k: metrics.get(k) for k in metrics}, "subnet_settings": settings})
             log.info("sampled subnet %d/%d: %s multiply-adds, %s  %s", i + 1, len(subnets), human(macs),
                      json.dumps({k: metrics[k] for k in sorted(metrics)}), json.dumps(settings))
     finally:
         model.hold_subnet = False
         model.load_state_dict({**model.state_dict(), **saved})
-    names = options.get("metrics") or [trainer.evaluator.primary_metric]
-    metric = names[0]
-    if rows and metric not in rows[0]:
-        raise ConfigError("bignas.data.metric1", f"{metric!r} is not a metric of the evaluator",
-                          f"its metrics: {', '.join(k for k in rows[0] if k not in ('macs', 'subnet_settings'))}")
     ranked = sorted(rows, key=lambda r: -r[metric])
     baseline = options.get("baseline_flops")
     if baseline is not None:
         limit = parse_flops(baseline, "bignas.subnet.baseline_flops")
-        ranked = [r for r in ranked if (r["macs"] - limit) / limit < 0.01]
+        ranked = [r for r in ranked if r["macs"] < limit * 1.01]  # UP: less than 1 % above the baseline
     shown = names + ["macs"]
     log.info("top %d by %s%s:\n%s", min(TOP, len(ranked)), metric, "" if baseline is None else
-             f" (within 1 % of baseline_flops {baseline})",
+             f" (at most 1 % above baseline_flops {baseline})",
              "\n".join(json.dumps({k: r[k] for k in shown if k in r} | {"subnet_settings": r["subnet_settings"]})
                        for r in ranked[:TOP]))
     front = sorted(_pareto(rows, metric), key=lambda r: r["macs"])
