@@ -255,6 +255,11 @@ class FeatureMaps(Protocol):
 
 
 @runtime_checkable
+class EvaluatesItself(Protocol):  # a BigNAS net: sampled subnets / BatchNorm re-estimation in its evaluation
+    def evaluate_in(self, trainer: Any) -> Any: ...
+
+
+@runtime_checkable
 class FusesForInference(Protocol):
     def fuse_for_inference(self) -> Any: ...
 

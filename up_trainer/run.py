@@ -257,7 +257,7 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
             log.warning("-e: no checkpoint given (--resume, saver.resume_model or saver.pretrain_model): "
                         "evaluating freshly initialized weights")
         require_evaluator(trainer)
-        metrics = trainer.evaluate()
+        metrics = evaluate_model(trainer)
         if is_main:
             write_eval_results(trainer, metrics)
         return metrics
@@ -302,6 +302,15 @@ def require_evaluator(trainer):
         raise ConfigError("dataset.test", "evaluation needs a test dataset")
 
 
+def evaluate_model(trainer):
+    """``trainer.evaluate()``, or the net's own evaluation: a BigNAS net's sampled subnets or its
+    BatchNorm re-estimation first (tasks/up_nets/bignas_accuracy.py)."""
+    from .protocols import EvaluatesItself
+
+    module = trainer.module
+    return module.evaluate_in(trainer) if isinstance(module, EvaluatesItself) else trainer.evaluate()
+
+
 def write_eval_results(trainer, metrics, echo=True):
     """metrics.json and the evaluator's per-sample results in results_dir (``saver.save_result``)."""
     if echo:
@@ -344,7 +353,7 @@ def run_eval(cfg, checkpoint, *, work_dir=None, use_ema=True, device=None, confi
         trainer.model = with_tta(trainer.module, **tta)
         log.info("test-time augmentation: %d views (scales %s, flip %s)", len(trainer.model.views),
                  tta["scales"], tta["flip"])
-    metrics = trainer.evaluate()
+    metrics = evaluate_model(trainer)
     write_eval_results(trainer, metrics)
     if "eval_insight" in {h.get("type") for h in cfg.get("hooks") or []}:  # the hooks are off here
         from .hooks.eval_insight import write_insight

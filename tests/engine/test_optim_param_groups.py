@@ -195,3 +195,55 @@ def test_layer_decay_on_a_detector_resnet_trunk():
     assert s["backbone.conv1.weight"][0] == pytest.approx(0.1 * 0.5 ** 4)  # stages 1..3, head 4
     assert s["backbone.layer3.0.conv1.weight"][0] == pytest.approx(0.1 * 0.5)
     assert s["head.weight"][0] == pytest.approx(0.1)
+
+
+def up_vit_classifier(depth=3):
+    """UP's ViT backbone and vit_head, as a UP file builds them (tiny)."""
+    from up_trainer.tasks.net import build_model
+
+    return build_model([
+        {"name": "backbone", "type": "deit_tiny_patch16_224",
+         "kwargs": {"image_size": 16, "patch_size": 8, "depth": depth, "hidden_dim": 8, "heads": 2, "mlp_dim": 8}},
+        {"name": "head", "type": "vit_head", "kwargs": {"num_classes": 3, "in_plane": 8, "cls_type": "avg_pool"}},
+        {"name": "post_process", "type": "base_cls_postprocess", "kwargs": {"cls_loss": {"type": "ce"}}}])
+
+
+def test_up_layer_decay_for_vit_by_hand():
+    """UP's pconfig.layer_decay: layer id 0 for the patch embedding / class token / position
+    embedding, i + 1 for block i, depth (3) for the rest; lr = base_lr * value ** (3 - id),
+    absolute (not times the optimizer's lr); nodecay still zeroes the weight decay."""
+    model = up_vit_classifier()
+    pconfig = {"nodecay": ["ndim_is1", ".bias"], "layer_decay": {"type": "vit_base", "value": 0.5, "base_lr": 0.02}}
+    opt = build_optimizer(model, {"type": "AdamW", "kwargs": {"lr": 0.1, "weight_decay": 0.05}, "pconfig": pconfig})
+    s = settings(opt, model)
+    assert s["backbone.conv_proj.weight"] == pytest.approx((0.02 * 0.125, 0.05))
+    assert s["backbone.conv_proj.bias"] == pytest.approx((0.02 * 0.125, 0.0))
+    assert s["backbone.class_token"] == pytest.approx((0.02 * 0.125, 0.05))  # 3-d: decayed, as in UP
+    assert s["backbone.encoder.pos_embedding"] == pytest.approx((0.02 * 0.125, 0.05))
+    block = "backbone.encoder.layers.encoder_layer_{}."
+    assert s[block.format(0) + "self_attention.in_proj_weight"] == pytest.approx((0.02 * 0.25, 0.05))
+    assert s[block.format(0) + "ln_1.weight"] == pytest.approx((0.02 * 0.25, 0.0))
+    assert s[block.format(1) + "mlp.0.weight"] == pytest.approx((0.02 * 0.5, 0.05))
+    assert s[block.format(2) + "mlp.3.weight"] == pytest.approx((0.02, 0.05))  # UP: last block = head
+    assert s["backbone.encoder.ln.weight"] == pytest.approx((0.02, 0.0))
+    assert s["head.classifier.weight"] == pytest.approx((0.02, 0.05))
+    assert s["head.classifier.bias"] == pytest.approx((0.02, 0.0))
+    # base_lr defaults to the optimizer's lr; a pconfig entry overrides the layer's lr (UP's order)
+    pconfig = {"layer_decay": {"type": "vit_base", "value": 0.5}, "ln_w": {"type": "weight", "kwargs": {"lr": 0.7}}}
+    s = settings(build_optimizer(model, {"type": "SGD", "kwargs": {"lr": 0.1}, "pconfig": pconfig}), model)
+    assert s[block.format(1) + "mlp.0.bias"][0] == pytest.approx(0.1 * 0.5)
+    assert s[block.format(0) + "ln_2.weight"][0] == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("layer_decay, match", [
+    ({"type": "vit_base", "value": 0.0}, r"layer_decay\.value: must be in \(0, 1\]"),
+    ({"type": "vit_base", "value": 1.2}, r"layer_decay\.value: must be in \(0, 1\]"),
+    ({"type": "swin", "value": 0.6}, r"layer_decay\.type: UP's layer decay has no type 'swin'"),
+    ({"type": "vit_base", "value": 0.6, "base_lr": -1}, r"layer_decay\.base_lr: must be > 0"),
+    ({"type": "vit_base", "value": 0.6, "rate": 1}, r"layer_decay\.rate: unknown key"),
+])
+def test_up_layer_decay_errors(layer_decay, match):
+    with pytest.raises(ConfigError, match=match):
+        sgd(up_vit_classifier(), pconfig={"layer_decay": layer_decay})
+    with pytest.raises(ConfigError, match="needs a ViT backbone"):
+        sgd(small_net(), pconfig={"layer_decay": {"type": "vit_base", "value": 0.6}})

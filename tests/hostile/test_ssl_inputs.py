@@ -149,3 +149,25 @@ def test_linear_probe_on_a_checkpoint_without_backbone_keys_stops_in_one_line(tm
     assert_one_line(res, "saver.pretrain_model", str(weights), "no weights for the frozen parameters")
     saved = os.listdir(tmp_path / "ckpts") if os.path.exists(tmp_path / "ckpts") else []
     assert not [f for f in saved if f.endswith(".pth")]  # stopped before any training
+
+
+# -- UP's layer_decay (MAE fine-tuning) -----------------------------------------------------------
+def _finetune(change):
+    cfg = up_file("ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml")
+    change(cfg["trainer"]["optimizer"]["pconfig"]["layer_decay"], cfg)
+    # the file's top-level anchors (num_classes, transforms) are inlined by the dump: drop them
+    return {k: v for k, v in cfg.items() if k in ("runtime", "dataset", "trainer", "saver", "hooks", "net")}
+
+
+@pytest.mark.parametrize("change, fragments", [
+    (lambda d, c: d.update(value=1.5), ("pconfig.layer_decay.value", "must be in (0, 1], got 1.5")),
+    (lambda d, c: d.update(value=0), ("pconfig.layer_decay.value", "must be in (0, 1], got 0")),
+    (lambda d, c: d.update(type="swin_base"), ("pconfig.layer_decay.type", "no type 'swin_base'", "vit_base")),
+    (lambda d, c: d.update(base_lr=0), ("pconfig.layer_decay.base_lr", "must be > 0")),
+    # a ResNet under the ViT's layer decay: no layer ids to give
+    (lambda d, c: c["net"].__setitem__(slice(0, 2), up_file("ssl/mocov1/moco_v1_imagenet_linear.yaml")["net"][1:3]),
+     ("pconfig.layer_decay.type", "needs a ViT backbone", "paramwise_cfg.decay_rate")),
+])
+def test_up_layer_decay_refused_in_one_line(tmp_path, change, fragments):
+    res = run(["config", "--config", write_yaml(tmp_path / "c.yaml", _finetune(change))])
+    assert_one_line(res, *fragments)

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from conftest import UP_FIXTURES, invoke  # noqa: E402
+from test_up_configs import data_opts, up_data  # noqa: F401  (tiny COCO digit scenes)
 from up_trainer.config.loader import load_file
 
 DET = os.path.join(UP_FIXTURES, "nas", "bignas", "det")
@@ -91,7 +92,18 @@ FLOPS_CASES = [
     (_subnet("subnet_count", 0), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
     (_subnet("subnet_count", 10 ** 9), "bignas.subnet.subnet_count: expected a whole number 1..100000"),
     (_subnet("baseline_flops", "-1G"), "bignas.subnet.baseline_flops: expected a count"),
-    (_subnet("calib_bn", True), "bignas.subnet.calib_bn: UP's sample_accuracy phase"),
+    (_subnet("sample_with_finetune", True), "bignas.subnet.sample_with_finetune: fine-tuning each sampled subnet"),
+]
+
+# UP's sample_accuracy file: up eval evaluates the sampled subnets (tasks/up_nets/bignas_accuracy.py)
+ACCURACY = os.path.join(DET, "bignas_retinanet_R18_sample_accuracy.yaml")
+ACCURACY_CASES = [
+    (_subnet("subnet_count", 0), "bignas.subnet.subnet_count: expected a whole number 1..100000, got 0"),
+    (_subnet("subnet_count", -4), "bignas.subnet.subnet_count: expected a whole number 1..100000, got -4"),
+    (_subnet("subnet_count", 2.5), "bignas.subnet.subnet_count: expected a whole number 1..100000, got 2.5"),
+    (_subnet("baseline_flops", "lots"), "bignas.subnet.baseline_flops: expected a count such as '200G'"),
+    (_subnet("sample_with_finetune", True), "bignas.subnet.sample_with_finetune: fine-tuning each sampled subnet"),
+    (lambda c: c["bignas"]["data"].update(metric1=5), "bignas.data.metric1: expected a metric name"),
 ]
 
 SUPNET_CASES = [
@@ -148,10 +160,36 @@ REGNET_CASES = [  # the RegNet classification supernet's space and parts
 
 @pytest.mark.parametrize("source, edit, where", [(FINETUNE, e, w) for e, w in FINETUNE_CASES]
                          + [(SUBNET, e, w) for e, w in SUBNET_CASES] + [(SUPNET, e, w) for e, w in SUPNET_CASES]
-                         + [(FLOPS, e, w) for e, w in FLOPS_CASES] + [(REGNET, e, w) for e, w in REGNET_CASES])
+                         + [(FLOPS, e, w) for e, w in FLOPS_CASES] + [(REGNET, e, w) for e, w in REGNET_CASES]
+                         + [(ACCURACY, e, w) for e, w in ACCURACY_CASES])
 def test_hostile_value_is_one_line_naming_the_key(tmp_path, source, edit, where):
     res = invoke(["config", "--config", _edited(tmp_path, source, edit)])
     assert res.exit_code == 2, res.stderr or res.exception
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("up: error: ") and "Traceback" not in res.stderr, res.stderr
     assert where in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("extra, where", [
+    pytest.param(["bignas.subnet.flops_range=['1T','2T']"], "bignas.subnet.flops_range: none of the 20 subnets drawn",
+                 marks=pytest.mark.slow),  # 20 FLOP counts of the supernet
+    (["bignas.subnet.flops_range=['0.1G','2G']", "bignas.data.metric1=bbox.mAP"],
+     "bignas.data.metric1: 'bbox.mAP' is not a metric of the evaluator"),
+])
+def test_sample_accuracy_at_run_time_is_one_line(tmp_path, up_data, extra, where):  # noqa: F811
+    """up eval on the sample_accuracy file: a range no subnet falls in, a metric the evaluator
+    does not report."""
+    import torch
+
+    from up_trainer.config import resolve_config
+    from up_trainer.tasks.up_nets import build_up_net
+
+    opts = data_opts("nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml", up_data)
+    ckpt = tmp_path / "supernet.pth"
+    torch.save({"model": build_up_net(resolve_config(ACCURACY, opts)["net"]).state_dict()}, ckpt)
+    res = invoke(["eval", "--config", ACCURACY, "--checkpoint", str(ckpt), "--work-dir", str(tmp_path / "ev"),
+                  "--device", "cpu", "--opts", *opts, "bignas.subnet.subnet_count=1",
+                  "dataset.dataloader.kwargs.num_workers=0", *extra])
+    assert res.exit_code == 2, res.stderr or res.exception
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr and where in lines[0], res.stderr

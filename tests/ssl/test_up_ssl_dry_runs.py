@@ -92,3 +92,19 @@ def test_linear_file_loads_every_backbone_tensor_and_trains_only_its_head(rel, u
     assert trainable == {"head"}
     model.train()
     assert not any(m.training for m in model.backbone.modules())  # frozen BatchNorm keeps its statistics
+
+
+FINETUNE = "ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml"
+
+
+def test_mae_finetune_file_dry_runs_with_layer_decay(up_data, tmp_path):  # noqa: F811
+    """MAE's fine-tune file: the pretraining checkpoint fills its ViT, and UP's layer_decay
+    (0.65 over 12 blocks, base_lr 0.002) gives the patch embedding 0.002 * 0.65 ** 12 and the
+    head 0.002, as the logged param groups show."""
+    weights = _pretrained_backbone(FINETUNE, up_data, tmp_path)
+    res = dry_run(FINETUNE, up_data, tmp_path / "run", [f"saver.pretrain_model={weights}",
+                                                       f"net.0.kwargs.image_size={IMAGE_SIZE}"])
+    assert_dry_run_ok(res, tmp_path / "run")
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert f"lr={0.002 * 0.65 ** 12:.6g}" in log and "e.g. backbone.class_token" in log
+    assert "layer12" in log and "lr=0.002 " in log

@@ -185,3 +185,4 @@ def test_supernet_trains_then_its_subnet_fine_tunes_from_it(up_data, tmp_path): 
     log = (tmp_path / "eval" / "train.log").read_text()
     assert any(str(ckpt) in line and "loaded" in line for line in log.splitlines()), log[-3000:]
     assert "shape-mismatched" not in log and "missing" not in log
+    assert "calib_bn: BatchNorm statistics re-estimated on 6 train images" in log  # UP's evaluate_subnet

@@ -20,7 +20,6 @@ REFUSED = {
     # -- distiller --
     # -- multitask --
     # -- nas --
-    'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
     'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",
@@ -34,7 +33,6 @@ REFUSED = {
     # UP's own ImageNetEvaluator takes no num_classes either (UP stops there with a TypeError)
     'sparse/cls/resnet/res18_ampere_sparse.yaml': "dataset.evaluator.kwargs.num_classes: unknown argument",
     # -- ssl --
-    'ssl/mae/mae_vit_base_patch16_dec512d8b_finetune.yaml': "trainer.optimizer.pconfig.layer_decay: UP's layer_decay (vit_base) is not supported",
 }
 
 

@@ -93,7 +93,7 @@ def test_yolov5_except_groups_decay_the_except_modules_biases():
     ({"register_type": "yolov5", "pconfig": {"nodecay": ["x"]}}, "makes its own groups"),
     ({"pconfig": {"bn_w": {"type": "gamma", "kwargs": {}}}}, r"pconfig\.bn_w\.type: expected weight or bias"),
     ({"pconfig": {"conv_b": {"type": "bias", "kwargs": {}}}}, "UP's pconfig has no 'conv' kind"),
-    ({"pconfig": {"layer_decay": {"type": "vit_base", "value": 0.65}}}, "use paramwise_cfg"),
+    ({"pconfig": {"layer_decay": {"type": "vit_base", "value": 0.65}}}, "needs a ViT backbone"),
 ])
 def test_errors(extra, match):
     with pytest.raises(ConfigError, match=match):

@@ -16,9 +16,9 @@ A supernet checkpoint given as ``saver.pretrain_model`` / ``resume_model`` is sl
 subnet when it loads (:mod:`up_trainer.tasks.up_nets.bignas_weights`). A supernet file
 without a subnet trains the supernet by the sandwich rule (``bignas.train.sample_strategy``
 handed to the net, :mod:`up_trainer.tasks.up_nets.bignas_supernet`); its ``flops_range`` /
-``subnet_count`` are handed on for ``up flops`` (UP's sample_flops). Evaluating sampled subnets
-(UP's sample_accuracy: ``calib_bn`` without a subnet) is refused in one line. docs/up/nas.rst
-has the table of UP's files. No torch here.
+``subnet_count`` are handed on for ``up flops`` (UP's sample_flops); with ``calib_bn`` (UP's
+sample_accuracy) ``up eval`` evaluates each sampled subnet after re-estimating its BatchNorm
+statistics. docs/up/nas.rst has the table of UP's files. No torch here.
 """
 from ..errors import ConfigError, did_you_mean, join_path
 from .bignas_space import choose_part, read_sampling_keys
@@ -148,7 +148,7 @@ def _drop(mapping, key, notes, why, where=""):
 
 def _calibration_split(dataset, notes):
     """UP's ``train_calib`` split (the images ``calib_bn`` re-estimates BatchNorm statistics on)
-    and the ``data_pool`` that names it: not read, as calib_bn is not applied."""
+    and the ``data_pool`` that names it: not read, calib_bn re-estimates on the train split."""
     if not isinstance(dataset, dict):
         return
     pool = dataset.get("data_pool")
@@ -160,7 +160,8 @@ def _calibration_split(dataset, notes):
                               "name ('train:train', 'test:test', 'train_calib:train_calib')")
         dataset.pop("data_pool")
         notes.append("dataset.data_pool: each split under its own name, as without it")
-    _drop(dataset, "train_calib", notes, "the calib_bn images; not read (calib_bn is not applied)", "dataset.")
+    _drop(dataset, "train_calib", notes, "the calib_bn images; calib_bn re-estimates on the train split instead",
+          "dataset.")
 
 
 def _supernet_training(cfg, bignas, types, notes):
@@ -192,8 +193,28 @@ def _supernet_training(cfg, bignas, types, notes):
     notes.append(f"runtime.runner: bignas: the supernet trains one subnet per iteration, {strategy} in turn "
                  "(bignas.train.sample_strategy, moved to net[0].kwargs.bignas_sample_strategy); evaluation "
                  "runs the largest subnet")
-    for key in [k for k in data if k != "image_size_list"]:
+    read = ("image_size_list", "metric1", "metric2") if _mapping(bignas.get("subnet"), "bignas.subnet").get(
+        "calib_bn") else ("image_size_list",)  # sample_accuracy ranks by the metrics
+    for key in [k for k in data if k not in read]:
         notes.append(f"bignas.data.{key}: recorded; not read (one input size, metrics as the evaluator gives them)")
+
+
+def _sample_accuracy(cfg, bignas, subnet, notes):
+    """UP's sample_accuracy phase (calib_bn without a subnet): ``up eval`` draws the subnets
+    ``up flops`` lists, re-estimates each one's BatchNorm statistics and evaluates it
+    (tasks/up_nets/bignas_accuracy.py); the metrics to rank by and the baseline are handed on."""
+    data = _mapping(bignas.get("data"), "bignas.data")
+    metrics = [data[k] for k in ("metric1", "metric2") if k in data]
+    for i, metric in enumerate(metrics):
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(f"bignas.data.metric{i + 1}", f"expected a metric name such as bbox.AP, got {metric!r}")
+    accuracy = {"calib_bn": True, "metrics": metrics}
+    if subnet.get("baseline_flops") is not None:
+        accuracy["baseline_flops"] = subnet["baseline_flops"]
+    cfg["net"][0]["kwargs"]["bignas_sample_accuracy"] = accuracy
+    notes.append("bignas.subnet.calib_bn: up eval runs UP's sample_accuracy phase: each sampled subnet's "
+                 "BatchNorm statistics re-estimated on the train split, then evaluated; the list, the top "
+                 "subnets by bignas.data.metric1 and the Pareto front (moved to net[0].kwargs.bignas_sample_accuracy)")
 
 
 def translate_bignas(cfg, notes):
@@ -228,13 +249,13 @@ def translate_bignas(cfg, notes):
         return
     settings = subnet.get("subnet_settings")
     if settings is None:
-        if subnet.get("calib_bn") or subnet.get("sample_with_finetune"):
-            key = "calib_bn" if subnet.get("calib_bn") else "sample_with_finetune"
-            raise ConfigError(join_path("bignas.subnet", key), "UP's sample_accuracy phase (each sampled subnet "
-                              "evaluated) is not built", "instead: up flops lists sampled subnets' FLOPs; evaluate "
-                              "a chosen one with bignas.subnet.subnet_settings and up eval; docs/up/nas.rst")
+        if subnet.get("sample_with_finetune"):
+            raise ConfigError("bignas.subnet.sample_with_finetune", "fine-tuning each sampled subnet before "
+                              "evaluating it is not built", "false: up eval evaluates each sampled subnet after "
+                              "BatchNorm re-estimation (calib_bn); fine-tune a chosen one with subnet_settings")
         _supernet_training(cfg, bignas, types, notes)
-        if any(k in subnet for k in SAMPLING_KEYS) and types and types[0] in SUPERNET_TRUNKS:
+        if (any(k in subnet for k in SAMPLING_KEYS) or subnet.get("calib_bn")) and types and \
+                types[0] in SUPERNET_TRUNKS:
             read_sampling_keys(subnet, "bignas.subnet")  # checked here, under UP's key
             entry = cfg["net"][0]
             entry["kwargs"]["bignas_subnet_sampling"] = {k: subnet[k] for k in ("subnet_count", "flops_range")
@@ -242,7 +263,13 @@ def translate_bignas(cfg, notes):
             notes.append("bignas.subnet.flops_range / subnet_count: up flops lists the FLOPs of sampled subnets "
                          "(UP's sample_flops phase; moved to net[0].kwargs.bignas_subnet_sampling); up train "
                          "trains the supernet")
-            for key in [k for k in subnet if k not in ("subnet_count", "flops_range")]:
+            if subnet.get("calib_bn"):
+                if types[0] != "big_resnet_basic":
+                    raise ConfigError("bignas.subnet.calib_bn", "UP's sample_accuracy phase is built for the "
+                                      "detection supernet (big_resnet_basic) only", "leave calib_bn out: up flops "
+                                      "lists the sampled subnets")
+                _sample_accuracy(cfg, bignas, subnet, notes)
+            for key in [k for k in subnet if k not in ("subnet_count", "flops_range", "calib_bn", "baseline_flops")]:
                 notes.append(f"bignas.subnet.{key}: recorded; not read (up flops counts at its --input-size)")
         return
     if types and types[0] == "big_regnet":
@@ -257,8 +284,9 @@ def translate_bignas(cfg, notes):
                  f"({' + '.join(e['type'] for e in cfg['net'])}); it trains with up train and evaluates with "
                  "up eval (UP's --phase finetune_subnet / evaluate_subnet)")
     if subnet.get("calib_bn"):
-        notes.append("bignas.subnet.calib_bn: not applied; the subnet evaluates with the BatchNorm statistics "
-                     "its weights carry (fine-tune it with up train to re-estimate them)")
+        cfg["net"][0]["kwargs"]["bignas_calib_bn"] = True
+        notes.append("bignas.subnet.calib_bn: up eval re-estimates the subnet's BatchNorm statistics on the train "
+                     "split before evaluating it (UP's evaluate_subnet; moved to net[0].kwargs.bignas_calib_bn)")
     for key in [k for k in subnet if k not in ("subnet_settings", "calib_bn")]:
         notes.append(f"bignas.subnet.{key}: recorded; not read for one fixed subnet")
     for key in [k for k in bignas if k != "subnet"]:

@@ -61,7 +61,7 @@ def build_param_groups(model, optimizer_kwargs, paramwise_cfg, path, optimizer_c
     elif pconfig:
         from .up_param_groups import pconfig_settings as _pconfig_settings
 
-        settings = _pconfig_settings(model, named, pconfig, path.rsplit(".", 1)[0] + ".pconfig")
+        settings = _pconfig_settings(model, named, pconfig, path.rsplit(".", 1)[0] + ".pconfig", base_lr)
     elif paramwise_cfg:
         settings = _paramwise_settings(model, named, paramwise_cfg, base_lr, base_wd, path)
     else:

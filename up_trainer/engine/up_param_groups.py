@@ -7,6 +7,7 @@ pconfig, as UP writes it (values are absolute, not multipliers)::
       ln_b: {type: bias, kwargs: {weight_decay: 0.0}}     # LayerNorm biases
       linear_b: {type: bias, kwargs: {lr: 0.2}}
       nodecay: [ndim_is1, relative_position_bias_table]   # weight_decay 0 by name or for 1-d tensors
+      layer_decay: {type: vit_base, value: 0.65, base_lr: 0.002}   # ViT layer-wise lr (up_layer_decay.py)
 
 Keys name a module kind (``bn`` = BatchNorm2d, ``ln`` = LayerNorm, ``linear`` = Linear); ``type``
 picks the weight or the bias, as in UP. ``nodecay`` applies first and a pconfig entry then
@@ -57,7 +58,7 @@ def _entry(key, val, path):
     return key, None, dict(val)
 
 
-def pconfig_settings(model, named, cfg, path):
+def pconfig_settings(model, named, cfg, path, base_lr=None):
     if not isinstance(cfg, dict):
         raise ConfigError(path, f"expected a mapping, got {type(cfg).__name__}")
     entries = {}
@@ -66,8 +67,7 @@ def pconfig_settings(model, named, cfg, path):
             raise ConfigError(f"{path}.{key}", "unknown key", did_you_mean(key, PCONFIG_KEYS)
                               or f"known: {', '.join(PCONFIG_KEYS)}")
         if key == "layer_decay":
-            raise ConfigError(f"{path}.layer_decay", "UP's layer_decay (vit_base) is not supported",
-                              "use paramwise_cfg: {decay_rate, decay_type: layer_wise} instead of pconfig")
+            continue
         if key == "nodecay":
             if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
                 raise ConfigError(f"{path}.nodecay", "expected a list of name substrings (or ndim_is1)")
@@ -83,12 +83,20 @@ def pconfig_settings(model, named, cfg, path):
             if isinstance(getattr(m, attr, None), nn.Parameter):
                 claims.setdefault(prefix + attr, []).append((key, kwargs))
     nodecay = cfg.get("nodecay") or []
+    layer_lrs = {}
+    if "layer_decay" in cfg:
+        from .up_layer_decay import layer_decay_lrs
+
+        layer_lrs = layer_decay_lrs(model, named, cfg["layer_decay"], base_lr, f"{path}.layer_decay")
     out = {}
     for name, p in named:
         opts, tags = {}, []
+        if name in layer_lrs:  # UP's order: the layer's lr, then nodecay, then the entries
+            opts["lr"], tags = layer_lrs[name][1], [f"layer{layer_lrs[name][0]}"]
         for rule in nodecay:
             if (rule == "ndim_is1" and p.ndim == 1) or (rule != "ndim_is1" and rule in name):
-                opts["weight_decay"], tags = 0.0, ["nodecay"]
+                opts["weight_decay"] = 0.0
+                tags.append("nodecay")
                 break
         for key, kwargs in claims.get(name, []):
             opts.update(kwargs)

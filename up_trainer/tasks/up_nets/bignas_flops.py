@@ -5,7 +5,8 @@ UP counts a FLOP as one multiply-add of a conv or linear layer; torch's flop cou
 multiply-add as two, so the count here is torch's halved (UP's unit), compared with
 ``flops_range`` (``'100G'``-style strings, K/M/G/T). Subnets are drawn as in training (each
 part by its elements' sample strategies) from a generator seeded with 0, so a run lists the
-same subnets; at most 20 draws per wanted subnet are tried.
+same subnets; at most 20 draws per wanted subnet are tried. ``up eval``'s sample_accuracy
+(bignas_accuracy.py) evaluates the same subnets.
 """
 import json
 import random
@@ -24,7 +25,7 @@ def read_sampling(opts):
     return read_sampling_keys(value, opts.at("bignas_subnet_sampling"))
 
 
-def _human(n):
+def human(n):
     for unit in ("", "K", "M", "G", "T"):
         if abs(n) < 1000:
             return f"{n:.2f}{unit}"
@@ -41,8 +42,8 @@ def count_macs(model, size):
 
 
 @torch.no_grad()
-def sampled_subnets(model, size, count, span):
-    """Lines: one per kept subnet (its multiply-adds and settings as JSON)."""
+def draw_subnets(model, size, count, span):
+    """([(multiply-adds, settings)] of the kept subnets, smallest first; draws tried)."""
     rng = random.Random(0)
     model.eval()
     kept, tries = [], 0
@@ -56,8 +57,14 @@ def sampled_subnets(model, size, count, span):
                 kept.append((macs, settings))
     finally:
         model.hold_subnet = False
-    where = "" if span is None else f" within {_human(span[0])}..{_human(span[1])}"
+    return sorted(kept, key=lambda r: r[0]), tries
+
+
+def sampled_subnets(model, size, count, span):
+    """Lines: one per kept subnet (its multiply-adds and settings as JSON)."""
+    kept, tries = draw_subnets(model, size, count, span)
+    where = "" if span is None else f" within {human(span[0])}..{human(span[1])}"
     lines = [f"sampled subnets (UP's sample_flops): {len(kept)} of {tries} drawn{where}, multiply-adds at "
              f"1x{'x'.join(map(str, size))}"]
-    lines += [f"{_human(macs):>10}  {json.dumps(settings)}" for macs, settings in sorted(kept, key=lambda r: r[0])]
+    lines += [f"{human(macs):>10}  {json.dumps(settings)}" for macs, settings in kept]
     return lines

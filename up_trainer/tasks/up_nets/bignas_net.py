@@ -199,6 +199,9 @@ def build_bignas_net(net_cfg, path):
 
     space, schedule = read_space(opts) if types[:3] == SUPERNET_PARTS else (None, None)
     sampling = read_sampling(opts[0]) if space is not None else None
+    # UP's sample_accuracy (a supernet) / evaluate_subnet's calib_bn (a subnet): config/up_bignas.py
+    accuracy = opts[0].take("bignas_sample_accuracy", None, types=(dict, type(None))) if space is not None else None
+    calib_bn = opts[0].take("bignas_calib_bn", False, types=bool) if space is None else False
     sizes = [None] * 3 if space is None else [largest(space[i]) for i in range(3)]
     trunk, sync = read_trunk(opts[0], sizes[0])
     fpn = read_fpn(opts[1], trunk, sizes[1])
@@ -214,10 +217,13 @@ def build_bignas_net(net_cfg, path):
     cells = [up_cell_anchors(s, post["ratios"], post["scales"]) for s in fpn.out_strides]
     parts = (trunk, fpn, head, criterion, RetinaPlusPredictor(coder, **post["predictor"]), fpn.out_strides, cells)
     if space is None:
-        model = RetinaPlusModel(*parts, class_first=post["class_first"], neck_takes_list=True)
+        from .bignas_accuracy import CalibratedSubnet
+
+        model = (CalibratedSubnet if calib_bn else RetinaPlusModel)(*parts, class_first=post["class_first"],
+                                                                     neck_takes_list=True)
     else:  # BatchNorm runs on slices of its statistics: not converted to SyncBatchNorm
         model = BigNASSupernet(*parts, class_first=post["class_first"], neck_takes_list=True, space=space,
-                               schedule=schedule, sampling=sampling)
+                               schedule=schedule, sampling=sampling, accuracy=accuracy)
         sync = head_sync = None
     model.num_classes_counts_background = True
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")

@@ -22,21 +22,35 @@ class BigNASSupernet(SandwichSampling, RetinaPlusModel):
 
     kind = "retina_plus"
 
-    def __init__(self, *args, space, schedule, sampling=None, **kwargs):
+    def __init__(self, *args, space, schedule, sampling=None, accuracy=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.init_sampling(space, schedule, sampling)
+        self.accuracy = accuracy  # UP's sample_accuracy options for up eval: bignas_accuracy.py
 
     def set_subnet(self, mode, rng=None):
         """Activate the subnet ``mode`` names (max, min or random with ``rng``); returns its settings."""
         settings = {"backbone": sample(self.space[0], mode, rng), "neck": sample(self.space[1], mode, rng),
                     "roi_head.cls_subnet": sample(self.space[2], mode, rng),
                     "roi_head.box_subnet": sample(self.space[2], mode, rng)}
+        self.activate(settings)
+        self.subnet = (mode, settings)
+        return settings
+
+    def activate(self, settings):
+        """Activate the subnet of ``settings`` (as set_subnet returns them)."""
         self.backbone.active = settings["backbone"]
         self.neck.active = settings["neck"]
         self.roi_head.active = {"cls_subnet": settings["roi_head.cls_subnet"],
                                 "box_subnet": settings["roi_head.box_subnet"]}
-        self.subnet = (mode, settings)
-        return settings
+        self.subnet = ("subnet", settings)
+
+    def evaluate_in(self, trainer):
+        """up eval: UP's sample_accuracy phase when the file asks for it, else the largest subnet."""
+        if self.accuracy is None:
+            return trainer.evaluate()
+        from .bignas_accuracy import sample_accuracy
+
+        return sample_accuracy(trainer, self, self.accuracy)
 
     def forward(self, batch):
         self.choose_subnet()
