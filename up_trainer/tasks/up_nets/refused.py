@@ -12,8 +12,6 @@ REFUSED = {
     "big_regnet": ("BigNAS RegNet super-network", "regnetx_400m / regnety_400m (UP form)"),
     "base_ssl_postprocess": ("self-supervised loss post-process", "the ssl net entry it follows (docs/ssl.rst)"),
     # -- detection ----------------------------------------------------------------------------
-    "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
-                            "RetinaHeadWithBN (UP form: convs shared across levels)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),
