@@ -87,3 +87,19 @@ def test_a_typed_definition_named_like_a_plain_section_is_dropped_but_not_like_a
     cfg["nett"] = {"type": "resnet18"}
     res = invoke(["config", "--config", write_cfg(tmp_path / "b.yaml", cfg)])
     assert res.exit_code == 2 and "nett: unknown section (did you mean 'net'?)" in res.stderr, res.stderr
+
+
+# -- the detector files ----------------------------------------------------------------------
+RETINA_SEP_QAT = "quant/det/retinanet/retinanet-r18-improve_quant_trt_qat.yaml"
+YOLOX_RETINA_QAT = "quant/det/retinanet/yolox_s_ret_a1_comloc_quant_trt_qat.yaml"
+YOLOX_VITIS_QAT = "quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml"
+
+
+@pytest.mark.parametrize("rel", [RETINA_SEP_QAT, YOLOX_RETINA_QAT, YOLOX_VITIS_QAT])
+def test_ups_detector_qat_files_dry_run(rel, up_data, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    res = dry_run(rel, up_data, run_dir)
+    assert res.exit_code == 0, res.stderr or res.exception
+    log = (run_dir / "train.log").read_text()
+    assert "conv/linear layers fake-quantized for" in log
+    assert "dry run: train iteration 2/2" in log and "dry run: ok" in log
