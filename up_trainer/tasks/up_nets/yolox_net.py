@@ -90,7 +90,7 @@ def _swap_batchnorms(module, factory):
     their BatchNorms themselves; this runs right after, before any weight is loaded, so the
     fresh norms' (1, 0, 0, 1) start is all there is to carry over (the factory's own)."""
     for name, child in module.named_children():
-        if type(child) is nn.BatchNorm2d:
+        if isinstance(child, nn.BatchNorm2d):  # the parts' WarmStartBatchNorm2d too
             setattr(module, name, factory(child.num_features))
         else:
             _swap_batchnorms(child, factory)
