@@ -98,7 +98,7 @@ YOLOX_VITIS_QAT = "quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml"
 
 
 @pytest.mark.slow  # about 20 s of CPU each, 40-70 s on a shared machine
-@pytest.mark.parametrize("rel, layers", [(RETINA_SEP_QAT, "103 conv/linear layers fake-quantized for tensorrt"),
+@pytest.mark.parametrize("rel, layers", [(RETINA_SEP_QAT, "70 conv/linear layers fake-quantized for tensorrt"),
                                          (YOLOX_RETINA_QAT, "conv/linear layers fake-quantized for tensorrt"),
                                          (YOLOX_VITIS_QAT, "88 conv/linear layers fake-quantized for vitis")])
 def test_ups_detector_qat_files_dry_run(rel, layers, up_data, tmp_path):  # noqa: F811
