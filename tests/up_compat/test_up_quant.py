@@ -151,7 +151,7 @@ def test_retina_head_with_bn_sep_has_convs_and_norms_of_its_own_per_level_under_
     state = {k: torch.full_like(v, float(k.split(".")[1]) if k.split(".")[1].isdigit() else -1.0)
              for k, v in head.state_dict().items()}
     head.load_state_dict(state)
-    assert [float(head.box_subnet[lvl][1][0].weight.mean()) for lvl in range(levels)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [float(head.box_subnet[lvl][1][0].weight.detach().mean()) for lvl in range(levels)] == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_yolox_parts_take_the_frozen_norm_of_ups_quant_file_in_place_of_every_batchnorm():
