@@ -133,8 +133,10 @@ def noaug(**kwargs):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"no_aug_epoch": 300}, "hooks[0].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 299, got 300"),
-    ({"no_aug_epoch": -1, "max_epoch": 10}, "no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 9, got -1"),
+    ({"no_aug_epoch": 301}, "hooks[0].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch = 300 (from the "
+                            "first epoch), got 301"),
+    ({"no_aug_epoch": -1, "max_epoch": 10}, "no_aug_epoch: must be between 0 (never) and max_epoch = 10 (from the "
+                                            "first epoch), got -1"),
     ({"max_epoch": 1}, "hooks[0].kwargs.max_epoch: must be >= 2, got 1"),
     ({"test_freq": 0}, "hooks[0].kwargs.test_freq: must be >= 1, got 0"),
     ({"transformer": []}, "hooks[0].kwargs.transformer: expected the training pipeline"),
@@ -149,10 +151,11 @@ def test_bad_kwargs_are_one_line(kwargs, message):
 
 def test_cli_refuses_bad_kwargs_and_lists_the_hook_once_per_run(tmp_path, run_up):
     cfg = noaug_cfg()
-    cfg["hooks"][1]["kwargs"]["no_aug_epoch"] = 4
+    cfg["hooks"][1]["kwargs"]["no_aug_epoch"] = 5  # a native file's count beyond max_epoch is refused, not read down
     res = train(run_up, tmp_path, "bad", cfg, code=2)
     assert res.stderr.strip().splitlines() == [
-        "up: error: hooks[1].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 3, got 4"]
+        "up: error: hooks[1].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch = 4 (from the first epoch), "
+        "got 5"]
     res = run_up(["hooks", "yolox_noaug"])
     assert res.exit_code == 0 and "yolox_noaug  priority VERY_HIGH (10), one per run" in res.stdout
     assert "transformer: required" in res.stdout and "no_aug_epoch: 15" in res.stdout
@@ -224,3 +227,25 @@ def test_the_switch_keeps_aspect_ratio_groups(tmp_path, run_up):
     c["hooks"][1]["kwargs"].update(no_aug_epoch=1, max_epoch=2, transformer=plain)
     train(run_up, tmp_path, "groups", c)
     assert seen[1]["sizes"] == {(48, 48)} and seen[2]["sizes"] == {(32, 32)} and seen[2]["l1"] == 2
+
+
+def test_a_up_files_count_beyond_max_epoch_switches_before_the_first_epoch_as_ups_hook(tmp_path, run_up):
+    """UP's hook switches once iteration >= epoch_size x (max_epoch - no_aug_epoch), i.e. from the
+    first iteration when no_aug_epoch > max_epoch (UP's yolox_fpga_quant_vitis_qat.yaml: 15 of 5):
+    a UP-form file (runtime.task_names) trains every epoch on the plain pipeline with the L1 loss,
+    and up config says why. The same count in a native file is refused (above)."""
+    cfg = noaug_cfg()
+    cfg["runtime"]["task_names"] = "cls"  # read as UP form
+    cfg["hooks"][1]["kwargs"].update(no_aug_epoch=15, max_epoch=4)
+    res = run_up(["config", "--config", write_cfg(tmp_path / "up.yaml", cfg)])
+    assert res.exit_code == 0, res.stderr
+    assert "hooks[1].kwargs.no_aug_epoch: 15 > max_epoch 4: UP's hook switches before the first iteration, so " \
+           "every epoch trains on its transformer with the L1 loss; read as 4 (from epoch 1)" in res.stdout
+    clear()
+    res = train(run_up, tmp_path, "up", cfg)
+    assert [seen[e]["min"] < 0 for e in (1, 2, 3, 4)] == [True] * 4
+    assert [seen[e]["l1"] for e in (1, 2, 3, 4)] == [3] * 4
+    assert evals == [1, 2, 3, 4]  # the hook's test_freq 1 from the start
+    assert "yolox_noaug: epoch 1 on trains without the mixing augmentation (pipeline: normalize), L1 loss on" \
+        in res.stdout
+

@@ -198,7 +198,6 @@ def test_kwargs_not_honoured_are_named_in_one_line(name, index, path, value, mes
 
 @pytest.mark.parametrize("types, message", [
     (["xmnet", "FPN", "RetinaSubNet", "retina_post"], "net[0].type: xmnet is UP's XMNet backbone"),
-    (["resnet50", "FPN", "RetinaHeadWithBNSep", "retina_post"], "net[2].type: RetinaHeadWithBNSep is UP's RetinaNet"),
     (["resnet50", "FPN", "CondinstHead", "condinst_post"], "net[2].type: CondinstHead is UP's CondInst"),
     (["mobilenetv2", "FPN", "RetinaSubNet", "retina_post"], "net[0].type: mobilenetv2 is mapped as a "
                                                              "classification backbone only"),

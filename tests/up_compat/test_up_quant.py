@@ -61,16 +61,18 @@ def test_learnable_fake_quantize_maps_to_lsq(tmp_path):
     assert yaml.safe_load(res.stdout)["quant"]["activation"]["fake_quantize"] == "learnable"
 
 
-def test_ups_vitis_yolox_file_runs_with_its_no_aug_epochs_within_the_run():
-    """UP's FPGA file: Vitis power-of-two scheme on YOLOX, register_type qat_weights, read once its
-    yolox_noaug epochs (15) fit its 5-epoch run."""
+def test_ups_vitis_yolox_file_reads_its_no_aug_epochs_beyond_the_run_as_ups_hook_does():
+    """UP's FPGA file: Vitis power-of-two scheme on YOLOX, register_type qat_weights; its
+    yolox_noaug's 15 no-aug epochs of 5 switch before the first iteration in UP, so here too."""
     rel = "quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml"
     res = invoke(["config", "--config", os.path.join(UP_FIXTURES, rel)])
-    assert res.exit_code == 2 and "hooks[0].kwargs.no_aug_epoch: must be between 0" in res.stderr
-    res = invoke(["config", "--config", os.path.join(UP_FIXTURES, rel), "--opts", "hooks.0.kwargs.no_aug_epoch=4"])
     assert res.exit_code == 0, res.stderr
-    quant = yaml.safe_load(res.stdout)["quant"]
+    cfg = yaml.safe_load(res.stdout)
+    quant = cfg["quant"]
     assert quant["backend"] == "vitis" and quant["weight"]["pot_scale"] and not quant["weight"]["per_channel"]
+    assert cfg["hooks"][0]["type"] == "yolox_noaug" and cfg["hooks"][0]["kwargs"]["no_aug_epoch"] == 5
+    assert any(note.startswith("hooks[0].kwargs.no_aug_epoch: 15 > max_epoch 5: UP's hook switches before the first "
+                               "iteration") for note in cfg["origin"]["notes"])
 
 
 def test_a_typed_definition_named_like_a_plain_section_is_dropped_but_not_like_a_typed_one(tmp_path):
@@ -87,3 +89,85 @@ def test_a_typed_definition_named_like_a_plain_section_is_dropped_but_not_like_a
     cfg["nett"] = {"type": "resnet18"}
     res = invoke(["config", "--config", write_cfg(tmp_path / "b.yaml", cfg)])
     assert res.exit_code == 2 and "nett: unknown section (did you mean 'net'?)" in res.stderr, res.stderr
+
+
+# -- the detector files ----------------------------------------------------------------------
+RETINA_SEP_QAT = "quant/det/retinanet/retinanet-r18-improve_quant_trt_qat.yaml"
+YOLOX_RETINA_QAT = "quant/det/retinanet/yolox_s_ret_a1_comloc_quant_trt_qat.yaml"
+YOLOX_VITIS_QAT = "quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml"
+
+
+@pytest.mark.slow  # about 20 s of CPU each, 40-70 s on a shared machine
+@pytest.mark.parametrize("rel, layers", [(RETINA_SEP_QAT, "70 conv/linear layers fake-quantized for tensorrt"),
+                                         (YOLOX_RETINA_QAT, "conv/linear layers fake-quantized for tensorrt"),
+                                         (YOLOX_VITIS_QAT, "88 conv/linear layers fake-quantized for vitis")])
+def test_ups_detector_qat_files_dry_run(rel, layers, up_data, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    res = dry_run(rel, up_data, run_dir)
+    assert res.exit_code == 0, res.stderr or res.exception
+    log = (run_dir / "train.log").read_text()
+    assert layers in log
+    assert "dry run: train iteration 2/2" in log and "dry run: ok" in log
+
+
+def _net(rel, **head):
+    with open(os.path.join(UP_FIXTURES, rel), encoding="utf-8") as f:
+        net = yaml.safe_load(f)["net"]
+    net[2]["kwargs"].update(head)
+    return net
+
+
+def test_retina_head_with_bn_sep_has_convs_and_norms_of_its_own_per_level_under_ups_names():
+    """UP's RetinaHeadWithBNSep: per level, num_conv (conv, norm, ReLU) blocks of its own in each
+    tower (RetinaHeadWithBN shares the convs); the two prediction convs serve every level. The
+    head's parameter names are UP's, so UP's checkpoints load unrenamed."""
+    import torch
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    from up_trainer.tasks.up_nets import build_up_net
+
+    torch.manual_seed(0)
+    model = build_up_net(_net(RETINA_SEP_QAT, feat_planes=8, num_conv=2))
+    head = model.roi_head if hasattr(model, "roi_head") else model.head
+    levels, convs = 5, 2
+    up_names = {f"{tower}.{lvl}.{i}.0.weight" for tower in ("cls_subnet", "box_subnet") for lvl in range(levels)
+                for i in range(convs)}
+    up_names |= {f"{tower}.{lvl}.{i}.1.{b}" for tower in ("cls_subnet", "box_subnet") for lvl in range(levels)
+                 for i in range(convs) for b in ("weight", "bias", "running_mean", "running_var")}
+    up_names |= {f"{pred}.{p}" for pred in ("cls_subnet_pred", "box_subnet_pred") for p in ("weight", "bias")}
+    assert set(head.state_dict()) == up_names
+    assert all(isinstance(head.cls_subnet[lvl][i][1], FrozenBatchNorm2d) for lvl in range(levels) for i in range(convs))
+    weights = {head.cls_subnet[lvl][i][0].weight.data_ptr() for lvl in range(levels) for i in range(convs)}
+    assert len(weights) == levels * convs  # nothing shared between levels
+
+    shared = build_up_net([dict(e, type="RetinaHeadWithBN") if e["name"] == "roi_head" else e
+                           for e in _net(RETINA_SEP_QAT, feat_planes=8, num_conv=2)])
+    shared_head = shared.roi_head if hasattr(shared, "roi_head") else shared.head
+    assert len({shared_head.cls_subnet[lvl][0][0].weight.data_ptr() for lvl in range(levels)}) == 1
+    assert sum(p.numel() for p in head.parameters()) - sum(p.numel() for p in shared_head.parameters()) \
+        == 2 * (levels - 1) * (8 * 256 * 9 + 8 * 8 * 9)  # two towers, one 256->8 and one 8->8 conv per extra level
+
+    # A UP checkpoint with a different value per level lands on each level's own conv.
+    state = {k: torch.full_like(v, float(k.split(".")[1]) if k.split(".")[1].isdigit() else -1.0)
+             for k, v in head.state_dict().items()}
+    head.load_state_dict(state)
+    assert [float(head.box_subnet[lvl][1][0].weight.detach().mean()) for lvl in range(levels)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_yolox_parts_take_the_frozen_norm_of_ups_quant_file_in_place_of_every_batchnorm():
+    import torch
+    from torch import nn
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    from up_trainer.tasks.up_nets import build_up_net
+
+    model = build_up_net(_net(YOLOX_RETINA_QAT))
+    norms = [m for m in model.modules() if isinstance(m, (nn.BatchNorm2d, FrozenBatchNorm2d))]
+    assert norms and all(type(m) is FrozenBatchNorm2d for m in norms)
+    model.train()
+    before = [(m.running_mean.clone(), m.weight.clone()) for m in norms]
+    out = model.backbone(torch.rand(2, 3, 64, 64) * 255)
+    sum(o.sum() for o in (out.values() if isinstance(out, dict) else out)).backward()
+    # statistics fixed while training, affine buffers with no gradient to learn from
+    assert all(torch.equal(mean, m.running_mean) and torch.equal(w, m.weight) for (mean, w), m in zip(before, norms))
+    assert not any(p.requires_grad for m in norms for p in m.parameters(recurse=False))

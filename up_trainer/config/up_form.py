@@ -16,7 +16,7 @@ from .up_cutmix import cutmix_mixup_to_batch_fn
 from .up_bignas import translate_bignas
 from .up_dataset import native_pipeline_key, translate_dataset
 from .up_distill import translate_distill
-from .up_hooks import refuse_unmapped_hooks
+from .up_hooks import refuse_unmapped_hooks, up_yolox_noaug_counts
 from .up_multitask import translate_multitask
 from .up_quant import translate_quant
 from .up_ssl import translate_ssl
@@ -105,6 +105,7 @@ def trainer_defaults(cfg, notes):
 
 UP_STEPS = [runtime_defaults, translate_multitask, translate_bignas, translate_quant, translate_distill, translate_ssl,
             top_level_keys, trainer_defaults]
+UP_STEPS.append(up_yolox_noaug_counts)  # hook kwargs UP reads more loosely than the native hook
 
 
 def file_digest(path):

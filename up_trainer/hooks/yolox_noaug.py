@@ -31,7 +31,8 @@ log = logging.getLogger("up")
 class YoloxNoAug(Hook):
     """From epoch max_epoch - no_aug_epoch + 1: plain training pipeline, L1 loss, own test/save frequency.
 
-    no_aug_epoch: the last epochs trained with `transformer` (UP's default 15; 0: never switches).
+    no_aug_epoch: the last epochs trained with `transformer` (UP's default 15; 0: never switches;
+        max_epoch: every epoch).
     max_epoch: the epoch count the switch is counted back from (UP's files give trainer.max_epoch).
     transformer: the training pipeline of the last epochs (list of {type, kwargs}).
     test_freq: evaluate every test_freq epochs after the switch.
@@ -49,9 +50,11 @@ class YoloxNoAug(Hook):
 
         if max_epoch < 2:
             raise ConfigError("max_epoch", f"must be >= 2, got {max_epoch}")
-        if not 0 <= no_aug_epoch < max_epoch:  # 0: the switch never comes (UP's _v6aug files; UP's hook too)
-            raise ConfigError("no_aug_epoch", f"must be between 0 (never) and max_epoch - 1 = {max_epoch - 1}, "
-                              f"got {no_aug_epoch}")
+        # 0: the switch never comes (UP's _v6aug files; UP's hook too); max_epoch: from the first epoch
+        # (UP's hook then switches before the first iteration; a UP file's larger count is read as this)
+        if not 0 <= no_aug_epoch <= max_epoch:
+            raise ConfigError("no_aug_epoch", f"must be between 0 (never) and max_epoch = {max_epoch} (from the "
+                              f"first epoch), got {no_aug_epoch}")
         for key, value in (("test_freq", test_freq), ("save_freq", save_freq)):
             if value < 1:
                 raise ConfigError(key, f"must be >= 1, got {value}")

@@ -7,7 +7,10 @@ Tower layouts (``norm_per_level``):
 - False (UP's ``RetinaSubNet`` / ``RetinaHeadWithIOU``): one tower for all levels; without a
   norm each conv has a bias, with one (``gn``, ...) each conv is bias-free and followed by it;
 - True (UP's ``RetinaHeadWithBN`` / ``RetinaHeadWithBNIOU``): the conv weights are shared by
-  all levels but every level has its own norm layers (BatchNorm statistics differ per scale).
+  all levels but every level has its own norm layers (BatchNorm statistics differ per scale);
+  with ``share_level_convs=False`` (UP's ``RetinaHeadWithBNSep``, its quantization head) every
+  level has its own convs too: nothing of the towers is shared, only the prediction convs. A
+  conv that serves one level only keeps one set of activation ranges when quantized.
 
 Modules carry UP's names (``cls_subnet``, ``box_subnet``, ``cls_subnet_pred``,
 ``box_subnet_pred``, ``iou_pred``) so UP-trained weights load by name.
@@ -28,9 +31,13 @@ def _shared_tower(num_conv, in_ch, ch, norm):
     return nn.Sequential(*layers)
 
 
-def _per_level_tower(num_conv, num_levels, in_ch, ch, norm):
-    convs = [nn.Conv2d(in_ch if i == 0 else ch, ch, 3, 1, 1, bias=False) for i in range(num_conv)]
-    return nn.ModuleList(nn.Sequential(*(nn.Sequential(conv, norm(ch), nn.ReLU(inplace=True)) for conv in convs))
+def _per_level_tower(num_conv, num_levels, in_ch, ch, norm, share_convs=True):
+    def convs():
+        return [nn.Conv2d(in_ch if i == 0 else ch, ch, 3, 1, 1, bias=False) for i in range(num_conv)]
+
+    shared = convs() if share_convs else None
+    return nn.ModuleList(nn.Sequential(*(nn.Sequential(conv, norm(ch), nn.ReLU(inplace=True))
+                                         for conv in (shared or convs())))
                          for _ in range(num_levels))
 
 
@@ -42,15 +49,17 @@ class RetinaPlusHead(nn.Module):
     """
 
     def __init__(self, in_channels, num_classes, num_anchors, num_levels, feat_channels=256, num_conv=4,
-                 norm=None, norm_per_level=False, iou_branch=False, prior=0.01):
+                 norm=None, norm_per_level=False, iou_branch=False, prior=0.01, share_level_convs=True):
         super().__init__()
         if norm_per_level and norm is None:
             raise ValueError("norm_per_level needs a norm")
+        if not share_level_convs and not norm_per_level:
+            raise ValueError("convs of their own per level go with norm_per_level")
         self.num_classes, self.num_anchors, self.num_levels = num_classes, num_anchors, num_levels
         self.norm_per_level, self.iou_branch = norm_per_level, iou_branch
         if norm_per_level:
-            self.cls_subnet = _per_level_tower(num_conv, num_levels, in_channels, feat_channels, norm)
-            self.box_subnet = _per_level_tower(num_conv, num_levels, in_channels, feat_channels, norm)
+            tower = (num_conv, num_levels, in_channels, feat_channels, norm, share_level_convs)
+            self.cls_subnet, self.box_subnet = _per_level_tower(*tower), _per_level_tower(*tower)
         else:
             self.cls_subnet = _shared_tower(num_conv, in_channels, feat_channels, norm)
             self.box_subnet = _shared_tower(num_conv, in_channels, feat_channels, norm)

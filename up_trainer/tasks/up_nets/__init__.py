@@ -10,7 +10,8 @@ Three shapes are mapped:
 * FCOS: resnet + ``FPN`` + ``FcosHead`` + ``fcos_post`` -> :class:`up_trainer.tasks.det.fcos.FcosModel`
   (:mod:`.rcnn_net`);
 * the ATSS RetinaNet (UP's "improve" files): resnet + ``FPN`` + ``RetinaHeadWithBN`` /
-  ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` / ``retina_post_iou`` ->
+  ``RetinaHeadWithBNSep`` / ``RetinaHeadWithIOU`` / ``RetinaHeadWithBNIOU`` + ``retina_post`` /
+  ``retina_post_iou`` ->
   :class:`up_trainer.tasks.det.atss.RetinaPlusModel` (:mod:`.atss_net`);
 * Faster R-CNN C4 (``BboxRes5_Pre`` + ``BboxRes5``), R-FCN (``BboxRFCN_Pre`` + ``BboxRFCN``),
   Cascade R-CNN (``FPN`` + ``CascadeFC``) -> :class:`up_trainer.tasks.det.rcnn.TwoStageModel`
@@ -43,6 +44,7 @@ YOLOV5_PARTS = ("DarkNetv5", "DarknetPAFPN", "YoloV5Head", "yolov5_post")
 FCOS_PARTS = ("FPN", "FcosHead", "fcos_post")
 CLS_HEADS = ("base_cls_head", "vit_head", "convnext_head")
 PLUS_HEADS = ("RetinaHeadWithBN", "RetinaHeadWithIOU", "RetinaHeadWithBNIOU")
+PLUS_HEADS += ("RetinaHeadWithBNSep",)  # per-level convs (UP's quantization files)
 PLUS_POSTS = ("retina_post", "retina_post_iou")
 ONENET_POST = "onenet_post"
 BIGNAS_PARTS = ("bignas_resnet_basic", "bignas_fpn", "BignasRetinaHeadWithBN",  # a fixed BigNAS subnet
@@ -158,7 +160,7 @@ def _shape(net_cfg, path):
     raise ConfigError(path, f"the UP parts {' + '.join(types)} do not form a mapped net",
                       "mapped: backbone + base_cls_head|vit_head + base_cls_postprocess; resnet + FPN + RetinaSubNet + "
                       "retina_post; resnet + FPN + FcosHead + fcos_post; resnet + FPN + RetinaHeadWithBN|"
-                      "RetinaHeadWithIOU|RetinaHeadWithBNIOU + retina_post|retina_post_iou (ATSS); resnet + FPN + "
+                      "RetinaHeadWithBNSep|RetinaHeadWithIOU|RetinaHeadWithBNIOU + retina_post|retina_post_iou (ATSS); resnet + FPN + "
                       "NaiveRPN + rpn_post + BboxFC_Pre + BboxFC + bbox_post; resnet + NaiveRPN + rpn_post + "
                       "BboxRes5_Pre + BboxRes5 + bbox_post; resnet + NaiveRPN + retina_post + BboxRFCN_Pre + "
                       "BboxRFCN + bbox_post; resnet + FPN + NaiveRPN + rpn_post + CascadeFC; "

@@ -7,7 +7,8 @@ Every kwarg of those entries is honoured or refused in one line naming it, with 
 where a file leaves one out:
 
 - ``RetinaHeadWithBN`` / ``RetinaHeadWithBNIOU``: tower convs shared by all levels, a norm per
-  level (``normalize``, BatchNorm by default); ``RetinaHeadWithIOU``: one tower for all levels,
+  level (``normalize``, BatchNorm by default); ``RetinaHeadWithBNSep`` (UP's quantization
+  files): the same with convs of their own per level too; ``RetinaHeadWithIOU``: one tower for all levels,
   plain or with the given norm; the ``*IOU`` heads add the IoU branch, which needs
   ``retina_post_iou`` (and that post-process needs an IoU head);
 - ``retina_post_iou`` lays the class channels out class-major (UP's ``class_first``), so
@@ -25,6 +26,8 @@ from .options import Options, entry_options, loss_weight, read_num_classes, type
 HEADS = {"RetinaHeadWithBN": (True, False), "RetinaHeadWithIOU": (False, True),
          "RetinaHeadWithBNIOU": (True, True),
          "RetinaSubNet": (False, False)}  # type -> (norm per level, IoU branch); RetinaSubNet: OneNet's only
+HEADS["RetinaHeadWithBNSep"] = (True, False)  # as RetinaHeadWithBN, with convs of its own per level
+UNSHARED_CONV_HEADS = ("RetinaHeadWithBNSep",)
 POSTS = ("retina_post", "retina_post_iou")
 EFL_TYPES = ("equalized_focal_loss", "equalized_quality_focal_loss")
 FAMILY = "the ATSS RetinaNet"  # in refusals: "UP loss 'x' is not mapped for ..."
@@ -62,7 +65,8 @@ def read_head(kind, opts, channels, levels):
     opts.take("share_location", True, types=bool, only=True, why="one box per anchor, shared by all classes")
     opts.done()
     head = RetinaPlusHead(channels, num_classes - 1, num_anchors, levels, feat, num_conv, norm,
-                          norm_per_level=per_level, iou_branch=iou, prior=prior)
+                          norm_per_level=per_level, iou_branch=iou, prior=prior,
+                          share_level_convs=kind not in UNSHARED_CONV_HEADS)
     if init is not None:  # UP initialises the whole head, then sets the class prior bias again
         initialize(head, init)
         head.init_prior(prior)

@@ -10,8 +10,6 @@ REFUSED = {
     # -- classification backbones / heads ----------------------------------------------------
     "base_ssl_postprocess": ("self-supervised loss post-process", "the ssl net entry it follows (docs/ssl.rst)"),
     # -- detection ----------------------------------------------------------------------------
-    "RetinaHeadWithBNSep": ("RetinaNet head with unshared per-level convs (quantization)",
-                            "RetinaHeadWithBN (UP form: convs shared across levels)"),
     "CondinstHead": ("CondInst instance-mask head", "no instance segmentation: boxes only"),
     "condinst_post": ("CondInst mask loss and post-process", "no instance segmentation: boxes only"),
     "xmnet": ("XMNet backbone", "resnet18 (UP form)"),

@@ -9,7 +9,9 @@ kwarg out (so the network is UP's, not the published YOLOX's where they differ):
   depthwise; the neck and head stay plain);
 - the neck's CSP layers keep their residual adds (UP's; the YOLOX reference neck has none);
 - BatchNorms start as torch's (eps 1e-5, momentum 0.1) or the ``normalize`` kwargs, and
-  ``runtime.special_bn_init`` then sets YOLOX's 1e-3 / 0.03 as in UP;
+  ``runtime.special_bn_init`` then sets YOLOX's 1e-3 / 0.03 as in UP; a frozen ``normalize``
+  (``freeze_bn``, ``caffe_freeze_bn``, ``mqbench_freeze_bn`` of UP's quantization files) puts
+  that norm in place of every BatchNorm of the part, as it does in a ResNet;
 - ``num_classes`` counts the background (81 for COCO); the model predicts ``num_classes - 1``;
 - the predictor keeps at most 300 detections per image, as UP's does.
 
@@ -25,7 +27,7 @@ from torch import nn
 
 from ...errors import ConfigError, join_path
 from .keymap import backbone_rules, translate
-from .layers import initialize, norm_layer, read_initializer
+from .layers import StatsFrozenBatchNorm2d, initialize, norm_layer, read_initializer
 from .options import entry_options, sub_options, typed_part
 
 PARTS = ("YoloxPAFPN", "YoloXHead", "yolox_post")
@@ -66,12 +68,16 @@ def _act(opts):
 
 class _Norm:
     """A part's normalization: its sync_bn group (None: plain BatchNorm) and, for the YOLOX
-    parts, the eps/momentum their BatchNorms start with."""
+    parts, the eps/momentum their BatchNorms start with, or the frozen norm (``freeze_bn``,
+    ``caffe_freeze_bn``, ``mqbench_freeze_bn``) that replaces each of their BatchNorms."""
 
-    def __init__(self, sync, path, eps=None, momentum=None):
-        self.sync, self.path, self.eps, self.momentum = sync, path, eps, momentum
+    def __init__(self, sync, path, eps=None, momentum=None, frozen=None):
+        self.sync, self.path, self.eps, self.momentum, self.frozen = sync, path, eps, momentum, frozen
 
     def apply(self, module):
+        if self.frozen is not None:
+            _swap_batchnorms(module, self.frozen)
+            return
         if self.eps is None:
             return
         for m in module.modules():
@@ -79,13 +85,30 @@ class _Norm:
                 m.eps, m.momentum = self.eps, self.momentum
 
 
+def _swap_batchnorms(module, factory):
+    """Every BatchNorm2d under ``module`` replaced by ``factory(channels)``. The parts build
+    their BatchNorms themselves; this runs right after, before any weight is loaded, so the
+    fresh norms' (1, 0, 0, 1) start is all there is to carry over (the factory's own)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):  # the parts' WarmStartBatchNorm2d too
+            setattr(module, name, factory(child.num_features))
+        else:
+            _swap_batchnorms(child, factory)
+
+
 def read_norm(opts):
     """A YOLOX part's ``normalize``: BatchNorm2d (solo_bn, or a sync_bn kind, made SyncBatchNorm
-    when distributed) with torch's eps/momentum unless given."""
+    when distributed) with torch's eps/momentum unless given; a frozen kind (``freeze_bn``,
+    ``caffe_freeze_bn``, ``mqbench_freeze_bn``, as for a ResNet) replaces every BatchNorm2d."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
     factory, sync = norm_layer(opts, default="solo_bn")
     base = factory.func if isinstance(factory, partial) else factory
+    if base in (StatsFrozenBatchNorm2d, FrozenBatchNorm2d):
+        return _Norm(None, opts.at("normalize"), frozen=factory)
     if base is not nn.BatchNorm2d:
-        raise ConfigError(opts.at("normalize.type"), "YOLOX parts are built with BatchNorm2d", "use solo_bn or sync_bn")
+        raise ConfigError(opts.at("normalize.type"), "YOLOX parts are built with BatchNorm2d or a frozen one",
+                          "use solo_bn, sync_bn, freeze_bn or mqbench_freeze_bn")
     keywords = factory.keywords if isinstance(factory, partial) else {}
     return _Norm(sync, opts.at("normalize"), keywords.get("eps", 1e-5), keywords.get("momentum", 0.1))
 
