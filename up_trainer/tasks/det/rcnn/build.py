@@ -89,8 +89,22 @@ def two_stage(names, backbone, neck, strides, rpn_kwargs, box_net_list, box_kwar
     return TwoStageModel(names, backbone, neck, rpn, box_stages(box_net_list(), **box_kwargs), num_classes, strides)
 
 
+RPN_KEYS = ("anchor_ratios", "anchor_scales", "rpn_channels", "rpn_fg_iou", "rpn_bg_iou", "rpn_low_quality_thresh",
+            "rpn_batch_size", "rpn_positive_fraction", "rpn_pre_nms_top_n", "rpn_post_nms_top_n", "rpn_nms_thresh",
+            "rpn_smooth_l1_beta")
+
+
 def _rpn_kwargs(in_channels, strides, given):
-    return dict(in_channels=in_channels, strides=strides, **given)
+    """The proposal stage's kwargs, taken from a builder's own (``given``: its arguments)."""
+    return dict(in_channels=in_channels, strides=strides, **{k: given[k] for k in RPN_KEYS if k in given})
+
+
+def _one_box_stage(given):
+    """The box stage of a net with one (C4, R-FCN), from a builder's own arguments."""
+    return dict(fg_iou=[given["box_fg_iou"]], bg_iou=[given["box_bg_iou"]], stds=[given["box_stds"]],
+                batch_size=given["box_batch_size"], positive_fraction=given["box_positive_fraction"],
+                smooth_l1_beta=given["box_smooth_l1_beta"], score_thresh=given["score_thresh"],
+                nms_thresh=given["nms_thresh"], detections_per_img=given["detections_per_img"])
 
 
 def faster_rcnn_c4(num_classes: int = 80, backbone: str = "resnet50", trainable_layers: Optional[int] = 3,
@@ -110,15 +124,9 @@ def faster_rcnn_c4(num_classes: int = 80, backbone: str = "resnet50", trainable_
     _classes(num_classes)
     _pool(pool_size, (7, 14))
     body, channels, layer4, out = c4_trunk(backbone, trainable_layers, frozen_bn)
-    rpn = _rpn_kwargs(channels, [16], dict(
-        anchor_ratios=anchor_ratios, anchor_scales=anchor_scales, rpn_channels=rpn_channels, rpn_fg_iou=rpn_fg_iou,
-        rpn_bg_iou=rpn_bg_iou, rpn_low_quality_thresh=rpn_low_quality_thresh, rpn_batch_size=rpn_batch_size,
-        rpn_positive_fraction=rpn_positive_fraction,
-        rpn_pre_nms_top_n=rpn_pre_nms_top_n, rpn_post_nms_top_n=rpn_post_nms_top_n, rpn_nms_thresh=rpn_nms_thresh,
-        rpn_smooth_l1_beta=rpn_smooth_l1_beta))
-    box = dict(fg_iou=[box_fg_iou], bg_iou=[box_bg_iou], stds=[box_stds], batch_size=box_batch_size,
-               positive_fraction=box_positive_fraction, smooth_l1_beta=box_smooth_l1_beta, score_thresh=score_thresh,
-               nms_thresh=nms_thresh, detections_per_img=detections_per_img)
+    given = dict(locals())  # the arguments (the stages read their own names from it)
+    rpn = _rpn_kwargs(channels, [16], given)
+    box = _one_box_stage(given)
     net = lambda: [Res5Head(res5_at_stride(layer4, pool_size // 7), out, num_classes + 1, pool_size, 16,  # noqa: E731
                             sampling_ratio, class_agnostic)]
     return two_stage(dict(NAMES, neck=None), body, None, [16], rpn, net, box, num_classes)
@@ -144,15 +152,9 @@ def rfcn(num_classes: int = 80, backbone: str = "resnet50", trainable_layers: Op
     if not isinstance(rfcn_channels, int) or rfcn_channels < 1:
         raise ConfigError("rfcn_channels", f"must be an integer >= 1, got {rfcn_channels!r}")
     body, channels = dilated_c5_trunk(backbone, trainable_layers, frozen_bn)
-    rpn = _rpn_kwargs(channels, [16], dict(
-        anchor_ratios=anchor_ratios, anchor_scales=anchor_scales, rpn_channels=rpn_channels, rpn_fg_iou=rpn_fg_iou,
-        rpn_bg_iou=rpn_bg_iou, rpn_low_quality_thresh=rpn_low_quality_thresh, rpn_batch_size=rpn_batch_size,
-        rpn_positive_fraction=rpn_positive_fraction,
-        rpn_pre_nms_top_n=rpn_pre_nms_top_n, rpn_post_nms_top_n=rpn_post_nms_top_n, rpn_nms_thresh=rpn_nms_thresh,
-        rpn_smooth_l1_beta=rpn_smooth_l1_beta))
-    box = dict(fg_iou=[box_fg_iou], bg_iou=[box_bg_iou], stds=[box_stds], batch_size=box_batch_size,
-               positive_fraction=box_positive_fraction, smooth_l1_beta=box_smooth_l1_beta, score_thresh=score_thresh,
-               nms_thresh=nms_thresh, detections_per_img=detections_per_img)
+    given = dict(locals())  # the arguments (the stages read their own names from it)
+    rpn = _rpn_kwargs(channels, [16], given)
+    box = _one_box_stage(given)
     net = lambda: [RFCNHead(channels, rfcn_channels, num_classes + 1, pool_size, 16, sampling_ratio,  # noqa: E731
                             class_agnostic, relu_after_feature_conv)]
     return two_stage(dict(NAMES, neck=None), body, None, [16], rpn, net, box, num_classes)
@@ -189,12 +191,8 @@ def cascade_rcnn(num_classes: int = 80, backbone: str = "resnet50", returned_lay
     if not isinstance(roi_levels, int) or not 1 <= roi_levels <= len(returned_layers):
         raise ConfigError("roi_levels", f"must be an integer in [1, {len(returned_layers)}] (the pyramid's levels "
                           "from the backbone)")
-    rpn = _rpn_kwargs(channels, strides, dict(
-        anchor_ratios=anchor_ratios, anchor_scales=anchor_scales, rpn_fg_iou=rpn_fg_iou, rpn_bg_iou=rpn_bg_iou,
-        rpn_low_quality_thresh=rpn_low_quality_thresh,
-        rpn_batch_size=rpn_batch_size, rpn_positive_fraction=rpn_positive_fraction,
-        rpn_pre_nms_top_n=rpn_pre_nms_top_n, rpn_post_nms_top_n=rpn_post_nms_top_n, rpn_nms_thresh=rpn_nms_thresh,
-        rpn_smooth_l1_beta=rpn_smooth_l1_beta))
+    given = dict(locals())  # the arguments (the stages read their own names from it)
+    rpn = _rpn_kwargs(channels, strides, given)
     box = dict(fg_iou=list(stage_fg_iou), bg_iou=list(stage_bg_iou), stds=[list(s) for s in stage_stds],
                batch_size=box_batch_size, positive_fraction=box_positive_fraction, smooth_l1_beta=box_smooth_l1_beta,
                stage_weights=list(stage_weights), test_ensemble=test_ensemble, score_thresh=score_thresh,
