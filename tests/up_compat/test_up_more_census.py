@@ -30,11 +30,8 @@ REFUSED = {
     'nas/bignas/det/bignas_retinanet_R18_sample_accuracy.yaml': "bignas.subnet.calib_bn: UP's sample_accuracy phase",
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
-    'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",
+    'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "net[2].kwargs.class_activation: 'softmax' is not supported for UP's NaiveRPN",
     'quant/det/retinanet/retinanet-r18-improve_quant_trt_qat.yaml': "net[2].type: RetinaHeadWithBNSep is UP's RetinaNet head with unshared per-level convs",
-    'quant/det/retinanet/retinanet-r50-w2a4-ada.yaml': "quant.quant_type: UP's post-training quantization (AdaRound",
-    'quant/det/retinanet/retinanet-r50-w2a4-brecq.yaml': "quant.quant_type: UP's post-training quantization (BRECQ",
-    'quant/det/retinanet/retinanet-r50-w2a4-qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",
     'quant/det/retinanet/yolox_s_ret_a1_comloc_quant_trt_qat.yaml': "net[0].kwargs.normalize.type: YOLOX parts are built with BatchNorm2d",
     'quant/det/yolox/yolox_fpga_quant_vitis_qat.yaml': "hooks[0].kwargs.no_aug_epoch: must be between 0 (never) and max_epoch - 1 = 4, got 15",
     # -- sparse --

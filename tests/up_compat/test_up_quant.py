@@ -87,3 +87,21 @@ def test_a_typed_definition_named_like_a_plain_section_is_dropped_but_not_like_a
     cfg["nett"] = {"type": "resnet18"}
     res = invoke(["config", "--config", write_cfg(tmp_path / "b.yaml", cfg)])
     assert res.exit_code == 2 and "nett: unknown section (did you mean 'net'?)" in res.stderr, res.stderr
+
+
+PTQ_QDROP = "quant/det/retinanet/retinanet-r50-w2a4-qdrop.yaml"
+
+
+@pytest.mark.slow
+def test_ups_retinanet_w2a4_qdrop_file_dry_runs_calibration_and_reconstruction(up_data, tmp_path):  # noqa: F811
+    """UP's QDrop file (quant_type: ptq, 2-bit weights, 4-bit activations, the stem conv at 8 bits):
+    a dry run calibrates on 2 train batches and reconstructs each block for 2 iterations."""
+    run_dir = tmp_path / "run"
+    res = dry_run(PTQ_QDROP, up_data, run_dir)
+    assert res.exit_code == 0, res.stderr or res.exception
+    assert os.listdir(run_dir) == ["train.log"]
+    log = (run_dir / "train.log").read_text()
+    assert "quant.tricks.special: UP's backbone.layer0.0 is backbone.conv1 here" in log
+    assert "weights int2 asymmetric per-channel, mse" in log and "activations int4 asymmetric per-tensor, ema_mse" in log
+    assert "ptq: qdrop on 2 calibration batch(es)" in log and "(round-to-nearest -> learned rounding)" in log
+    assert "dry run: ptq calibrated on 2 batch(es)" in log and "dry run: ok" in log

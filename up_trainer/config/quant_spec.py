@@ -117,8 +117,14 @@ def quant_spec(section):
     weight["backend"] = activation["backend"] = backend  # carried by each quantizer into the export record
     from .ptq_spec import layer_bits_spec, ptq_spec  # post-training quantization's settings (quant/reconstruct.py)
 
+    layer_bits = layer_bits_spec(section.get("layer_bits"))
+    for path, bits in layer_bits.items():
+        fixed = BACKENDS[backend]["weight"].get("bits")
+        if fixed is not None and bits != fixed:
+            raise ConfigError(join_path("quant.layer_bits", path), f"backend {backend} runs bits: {fixed}, got {bits}",
+                              "use backend: academic")
     return {"mode": mode, "backend": backend, "weight": weight, "activation": activation, "skip": list(skip),
-            "layer_bits": layer_bits_spec(section.get("layer_bits")), "ptq": ptq_spec(section.get("ptq"), mode)}
+            "layer_bits": layer_bits, "ptq": ptq_spec(section.get("ptq"), mode)}
 
 
 def exports_as_qdq(spec):

@@ -64,9 +64,10 @@ def dry_run(trainer, work_dir=None, resume=None, train_iters=TRAIN_ITERS, eval_b
     if trainer.optim is not None and (trainer.cfg.get("quant") or {}).get("mode") == "ptq":
         from ..quant.ptq_run import run_ptq  # post-training quantization: calibration and reconstruction, shortened
 
-        run_ptq(trainer, iterations=train_iters, batch_count=train_iters, evaluate=False, save=False)
-        log.info("dry run: ptq calibrated on %d batch(es), %d reconstruction iteration(s) per unit", train_iters,
-                 train_iters)
+        run_ptq(trainer, iterations=train_iters, batch_count=train_iters, evaluate=False, save=False,
+                max_units=train_iters)
+        log.info("dry run: ptq calibrated on %d batch(es), %d reconstruction iteration(s) on each of the first %d "
+                 "units", train_iters, train_iters, train_iters)
     elif trainer.optim is not None:
         _train(trainer, train_iters)
     if trainer.evaluator is not None:

@@ -53,16 +53,11 @@ def quantize_model(model, spec):
 
 
 def _layer_bits(spec, names):
-    """``quant.layer_bits`` as (module path, bits), checked against the net and the backend."""
-    from ..config.quant_spec import BACKENDS
-
-    fixed = BACKENDS[spec["backend"]]["weight"].get("bits")
-    for path, bits in spec.get("layer_bits", {}).items():
-        where = join_path("quant.layer_bits", path)
+    """``quant.layer_bits`` as (module path, bits), checked against the net."""
+    for path in spec.get("layer_bits", {}):
         if path not in names:
-            raise ConfigError(where, f"the net has no module {path!r}", did_you_mean(path, [n for n in names if n]) or None)
-        if fixed is not None and bits != fixed:
-            raise ConfigError(where, f"backend {spec['backend']} runs bits: {fixed}, got {bits}", "use backend: academic")
+            raise ConfigError(join_path("quant.layer_bits", path), f"the net has no module {path!r}",
+                              did_you_mean(path, [n for n in names if n]) or None)
     return list(spec.get("layer_bits", {}).items())
 
 

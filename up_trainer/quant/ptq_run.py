@@ -75,10 +75,11 @@ def calibrate(model, batches):
             layer.weight_quant._observe(layer.weight.detach())
 
 
-def post_training_quantize(model, batches, ptq, iterations=None, seed=0, calibrated=None):
+def post_training_quantize(model, batches, ptq, iterations=None, seed=0, calibrated=None, max_units=None):
     """Calibrate ``model`` (a fake-quant net with float weights) and reconstruct its rounding per
     ``ptq`` (the checked quant.ptq); returns [(unit, error before, error after)]. ``calibrated``
-    is called between the two (the round-to-nearest net's evaluation)."""
+    is called between the two (the round-to-nearest net's evaluation); ``max_units`` reconstructs
+    only the first units (a dry run)."""
     iterations = ptq["iterations"] if iterations is None else iterations
     calibrate(model, batches)
     if calibrated is not None:
@@ -91,6 +92,10 @@ def post_training_quantize(model, batches, ptq, iterations=None, seed=0, calibra
     units = reconstruction_units(model, ptq["algorithm"])
     log.info("ptq: %s on %d calibration batch(es), %d unit(s) of %d iteration(s) each", ptq["algorithm"],
              len(batches), len(units), iterations)
+    if max_units is not None and max_units < len(units):
+        log.info("ptq: the first %d of the %d units reconstructed (%s), the rest left at round-to-nearest",
+                 max_units, len(units), ", ".join(units[:max_units]))
+        units = units[:max_units]
     for path in units:
         start = time.perf_counter()
         quant_calls = capture(model, path, batches, _run)
@@ -107,7 +112,7 @@ def post_training_quantize(model, batches, ptq, iterations=None, seed=0, calibra
     return report
 
 
-def run_ptq(trainer, iterations=None, batch_count=None, evaluate=True, save=True):
+def run_ptq(trainer, iterations=None, batch_count=None, evaluate=True, save=True, max_units=None):
     """What ``up train`` does in mode: ptq (``up train --dry-run`` passes fewer iterations and
     batches, and neither evaluates nor saves)."""
     ptq = trainer.cfg["quant"]["ptq"]
@@ -120,7 +125,7 @@ def run_ptq(trainer, iterations=None, batch_count=None, evaluate=True, save=True
             log.info("ptq: metrics after calibration (round-to-nearest weights): %s", trainer.evaluate())
 
     report = post_training_quantize(model, batches, ptq, iterations, seed=trainer.cfg["runtime"]["seed"],
-                                    calibrated=round_to_nearest)
+                                    calibrated=round_to_nearest, max_units=max_units)
     if report:
         before = sum(r[1] for r in report) / len(report)
         after = sum(r[2] for r in report) / len(report)
