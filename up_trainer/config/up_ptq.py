@@ -62,24 +62,24 @@ def _tricks(cfg, tricks, native, notes):
         native["layer_bits"] = {_module_path(cfg, p, notes): tricks.get("bit", 8) for p in special}
 
 
-def _module_path(cfg, path, notes):
-    """UP's module path (``backbone.layer0.0``) as ours (``backbone.conv1``): the backbone's
-    parameter-name rules (tasks/up_nets/keymap.py) applied to a module path."""
-    from ..tasks.up_nets.keymap import RULES, family, rename
+# UP's ResNet stem is a Sequential ``layer0`` (conv, bn); ours has torchvision's names. The same
+# renaming as tasks/up_nets/keymap.py's for weights (a layer below config, so not imported here).
+UP_STEM = {"layer0.0": "conv1", "layer0.1": "bn1"}
 
+
+def _module_path(cfg, path, notes):
+    """UP's module path (``backbone.layer0.0``) as ours (``backbone.conv1``) when the entry is a ResNet."""
     entry, _, rest = path.partition(".")
     nets = cfg.get("net") if isinstance(cfg.get("net"), list) else []
     kind = next((n.get("type") for n in nets if isinstance(n, dict) and n.get("name") == entry), None)
-    try:
-        rules = RULES[family(kind)] if isinstance(kind, str) and rest else None
-    except KeyError:
-        rules = None
-    if rules is None:
+    if not (isinstance(kind, str) and kind.startswith("resnet")):
         return path
-    ours = entry + "." + rename(rest + ".", rules).rstrip(".")
-    if ours != path:
-        notes.append(f"quant.tricks.special: UP's {path} is {ours} here")
-    return ours
+    for up_name, ours in UP_STEM.items():
+        if rest == up_name or rest.startswith(up_name + "."):
+            renamed = f"{entry}.{ours}{rest[len(up_name):]}"
+            notes.append(f"quant.tricks.special: UP's {path} is {renamed} here")
+            return renamed
+    return path
 
 
 def translate_ptq(cfg, section, native, notes):
