@@ -40,11 +40,22 @@ def test_the_translation_says_what_it_read():
     (lambda q: q.update(deploy_backend="tensorrtt"), "quant.deploy_backend: 'tensorrtt' is not a UP backend "
                                                      "(did you mean 'tensorrt'?)"),
     (lambda q: q.update(quant_typ="qat"), "quant.quant_typ: is not read by UP's quant runner"),
-    (lambda q: q.update(quant_type="ptq"), "quant.quant_type: UP's post-training quantization"),
+    (lambda q: q.update(quant_type="calib_only"), "quant.quant_type: 'calib_only' is not one of qat, ptq (UP)"),
+    (lambda q: q.update(quant_type="ptq", ptq={"round_mode": "learned_sigmoid"}),
+     "quant.ptq.round_mode: UP's round mode 'learned_sigmoid' is not built (learned_hard_sigmoid"),
+    (lambda q: q.update(quant_type="ptq", ptq={"pattern": "net"}), "quant.ptq.pattern: 'net' is not one of layer, block"),
+    (lambda q: q.update(quant_type="ptq", ptq={"prob": 1.5}), "quant.ptq.prob: expected the chance an activation is "
+                                                             "quantized, in [0, 1], got 1.5"),
+    (lambda q: q.update(quant_type="ptq", ptq={"max_count": -1}), "quant.ptq.max_count: expected an integer >= 1"),
+    (lambda q: q.update(quant_type="ptq", ptq={"max_cont": 10}), "quant.ptq.max_cont: is not read by UP's ptq "
+                                                                "reconstruction (did you mean 'max_count'?)"),
+    (lambda q: q.update(quant_type="ptq", tricks={"speical": []}), "quant.tricks.speical: is not read by UP's quant "
+                                                                  "runner (did you mean 'special'?)"),
 ])
 def test_up_quant_names_mapped_or_refused_in_one_line(tmp_path, edit, line):
     with open(os.path.join(UP_FIXTURES, CLS_QAT), encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
+    cfg.pop("num_classes")  # an anchor-only key of the file; written back without its anchor
     edit(cfg["quant"])
     res = invoke(["config", "--config", write_cfg(tmp_path / "q.yaml", cfg)])
     assert res.exit_code == 2 and one_error_line(res), res.stderr

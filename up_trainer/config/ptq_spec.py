@@ -34,7 +34,8 @@ def _number(value):
     return not isinstance(value, bool) and isinstance(value, (int, float))
 
 
-def _check(key, value, path):
+def check_value(key, value, path):
+    """One ``quant.ptq`` value checked; ``path`` names it (UP's key for a UP file)."""
     if key == "algorithm":
         if value not in ALGORITHMS:
             raise ConfigError(path, f"{value!r} is not one of {', '.join(ALGORITHMS)}",
@@ -70,7 +71,7 @@ def ptq_spec(section, mode):
         path = join_path("quant.ptq", key)
         if key not in PTQ_KEYS:
             raise ConfigError(path, "unknown key", did_you_mean(str(key), PTQ_KEYS) or f"known: {', '.join(PTQ_KEYS)}")
-        _check(key, value, path)
+        check_value(key, value, path)
         out[key] = list(value) if key == "beta" else value
     out.setdefault("drop_prob", 0.5 if out["algorithm"] == "qdrop" else 0.0)
     return out

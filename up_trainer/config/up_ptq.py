@@ -9,6 +9,7 @@ unit, ``weight`` of the rounding regulariser, ``b_range`` its annealed exponent,
 (where the cached inputs live). ``tricks.special`` / ``tricks.bit`` keep some layers at more bits.
 """
 from ..errors import ConfigError, did_you_mean, join_path
+from .ptq_spec import check_value as check_ptq_value
 
 PTQ_KEYS = ("pattern", "scale_lr", "warm_up", "weight", "max_count", "b_range", "keep_gpu", "round_mode", "prob")
 RENAMED = {"scale_lr": "scale_lr", "warm_up": "warm_up", "weight": "rounding_weight", "max_count": "iterations",
@@ -26,6 +27,7 @@ def _ptq(section, notes):
             raise ConfigError(path, "is not read by UP's ptq reconstruction",
                               did_you_mean(str(key), PTQ_KEYS) or f"known: {', '.join(PTQ_KEYS)}")
         if key in RENAMED:
+            check_ptq_value(RENAMED[key], value, path)  # named by UP's key
             out[RENAMED[key]] = value
         elif key == "round_mode" and value != "learned_hard_sigmoid":
             raise ConfigError(path, f"UP's round mode {value!r} is not built",
@@ -58,6 +60,9 @@ def _tricks(cfg, tricks, native, notes):
     special = tricks.get("special") or []
     if not isinstance(special, list) or not all(isinstance(p, str) for p in special):
         raise ConfigError("quant.tricks.special", f"expected a list of module paths, got {special!r}")
+    bit = tricks.get("bit", 8)
+    if isinstance(bit, bool) or not isinstance(bit, int) or not 2 <= bit <= 8:
+        raise ConfigError("quant.tricks.bit", f"expected an integer from 2 to 8, got {bit!r}")
     if special:
         native["layer_bits"] = {_module_path(cfg, p, notes): tricks.get("bit", 8) for p in special}
 
@@ -86,6 +91,7 @@ def translate_ptq(cfg, section, native, notes):
     """UP's PTQ keys of ``section`` into ``native`` (the native quant section being built)."""
     native["ptq"] = _ptq(section.get("ptq") or {}, notes)
     if "cali_batch_size" in section:
+        check_ptq_value("calibration_batches", section["cali_batch_size"], "quant.cali_batch_size")
         native["ptq"]["calibration_batches"] = section["cali_batch_size"]
     _tricks(cfg, section.get("tricks") or {}, native, notes)
     if "resume_quant" in section:
