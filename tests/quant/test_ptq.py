@@ -103,7 +103,7 @@ def test_a_ptq_run_writes_a_checkpoint_whose_weights_are_on_the_grid(tmp_path):
 
     cfg = tiny_cfg(quant={"mode": "ptq", "backend": "academic", "weight": {"bits": 4}, "activation": {"bits": 8},
                           "ptq": {"algorithm": "brecq", "iterations": 5, "calibration_batches": 2}},
-                   runtime={"seed": 3, "num_threads": 1})
+                   runtime={"seed": 3, "num_threads": 1}, hooks=[{"type": "ema", "kwargs": {"decay": 0.9}}])
     float_net = build_model(resolve_config(write_cfg(tmp_path / "f.yaml", tiny_cfg()))["net"])
     torch.save(float_net.state_dict(), tmp_path / "fp32.pth")
     cfg["saver"]["pretrain_model"] = str(tmp_path / "fp32.pth")
@@ -113,7 +113,10 @@ def test_a_ptq_run_writes_a_checkpoint_whose_weights_are_on_the_grid(tmp_path):
     log = (tmp_path / "q" / "train.log").read_text()
     assert "ptq: brecq on 2 calibration batch(es)" in log and "ptq: metrics after reconstruction" in log
     assert "metrics after calibration (round-to-nearest weights)" in log
-    state = torch.load(tmp_path / "q" / "checkpoints" / "ckpt_ptq.pth", map_location="cpu", weights_only=False)["model"]
+    ckpt = torch.load(tmp_path / "q" / "checkpoints" / "ckpt_ptq.pth", map_location="cpu", weights_only=False)
+    state = ckpt["model"]
+    # no float EMA weights beside the quantized ones (up eval would read them first)
+    assert ckpt["ema"] is None or all(torch.equal(state[k], ckpt["ema"]["model"][k]) for k in state)
     layers = [k[: -len(".weight_quant.scale")] for k in state if k.endswith(".weight_quant.scale")]
     assert layers
     for layer in layers:

@@ -11,6 +11,7 @@ import time
 import torch
 
 from ..data.model_input import batch_to_model
+from ..errors import ConfigError
 from .fake_quant import FakeQuantizer
 from .reconstruct import capture, reconstruct_unit, reconstruction_units
 
@@ -112,15 +113,27 @@ def post_training_quantize(model, batches, ptq, iterations=None, seed=0, calibra
     return report
 
 
+@torch.no_grad()
+def _sync_ema(trainer):
+    """An EMA's weights become the quantized net's: evaluation and up eval read them first."""
+    if trainer.ema is not None:
+        for key, value in trainer.module.state_dict().items():
+            trainer.ema.model[key].copy_(value)
+
+
 def run_ptq(trainer, iterations=None, batch_count=None, evaluate=True, save=True, max_units=None):
     """What ``up train`` does in mode: ptq (``up train --dry-run`` passes fewer iterations and
     batches, and neither evaluates nor saves)."""
     ptq = trainer.cfg["quant"]["ptq"]
+    if trainer.dist.enabled:  # each process would round its own way on its own batches
+        raise ConfigError("quant.mode", "ptq runs in one process (calibration and reconstruction are not "
+                          "distributed)", "run it without --launch / --ng")
     batches = calibration_batches(trainer, ptq["calibration_batches"] if batch_count is None else batch_count)
     model = trainer.module
     can_evaluate = evaluate and trainer.loaders.test_set is not None and trainer.evaluator is not None
 
     def round_to_nearest():
+        _sync_ema(trainer)
         if can_evaluate:
             log.info("ptq: metrics after calibration (round-to-nearest weights): %s", trainer.evaluate())
 
@@ -131,6 +144,7 @@ def run_ptq(trainer, iterations=None, batch_count=None, evaluate=True, save=True
         after = sum(r[2] for r in report) / len(report)
         log.info("ptq: mean unit output error %.4g -> %.4g over %d unit(s)", before, after, len(report))
     metrics = {}
+    _sync_ema(trainer)
     if can_evaluate:
         metrics = trainer.evaluate()
         log.info("ptq: metrics after reconstruction: %s", metrics)
