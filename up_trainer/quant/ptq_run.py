@@ -13,7 +13,7 @@ import torch
 from ..data.model_input import batch_to_model
 from ..errors import ConfigError
 from .fake_quant import FakeQuantizer
-from .reconstruct import capture, reconstruct_unit, reconstruction_units
+from .reconstruct import capture, is_quant_layer, reconstruct_unit, reconstruction_units
 
 log = logging.getLogger("up")
 
@@ -72,7 +72,7 @@ def calibrate(model, batches):
         for q in activations:
             q.__class__ = FakeQuantizer
     for layer in model.modules():
-        if isinstance(getattr(layer, "weight_quant", None), FakeQuantizer):
+        if is_quant_layer(layer):
             layer.weight_quant._observe(layer.weight.detach())
 
 
