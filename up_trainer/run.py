@@ -261,7 +261,12 @@ def _train_in(cfg, run_dir, is_main, work_dir, resume, evaluate_only, display, d
         if is_main:
             write_eval_results(trainer, metrics)
         return metrics
-    trainer.train()
+    if (cfg.get("quant") or {}).get("mode") == "ptq":  # post-training quantization: no training (quant/ptq_run.py)
+        from .quant.ptq_run import run_ptq
+
+        run_ptq(trainer)
+    else:
+        trainer.train()
     if is_main and trainer.last_results is not None:  # the final evaluation's results, as up eval writes them
         write_eval_results(trainer, trainer.state.metrics, echo=False)
     if is_main:

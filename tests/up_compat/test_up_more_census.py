@@ -22,10 +22,7 @@ REFUSED = {
     # -- nas --
     'nas/retinanet-xmnet.yaml': "net[0].type: xmnet_search is UP's XMNet backbone decoded from a searched cell code",
     # -- quant --
-    'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",
-    'quant/det/retinanet/retinanet-r50-w2a4-ada.yaml': "quant.quant_type: UP's post-training quantization (AdaRound",
-    'quant/det/retinanet/retinanet-r50-w2a4-brecq.yaml': "quant.quant_type: UP's post-training quantization (BRECQ",
-    'quant/det/retinanet/retinanet-r50-w2a4-qdrop.yaml': "quant.quant_type: UP's post-training quantization (QDrop",
+    'quant/det/faster_rcnn/faster_rcnn_r18_FPN_2x_quant_qdrop.yaml': "net[2].kwargs.class_activation: 'softmax' is not supported for UP's NaiveRPN",
     # -- sparse --
     # UP's own ImageNetEvaluator takes no num_classes either (UP stops there with a TypeError)
     'sparse/cls/resnet/res18_ampere_sparse.yaml': "dataset.evaluator.kwargs.num_classes: unknown argument",

@@ -40,11 +40,22 @@ def test_the_translation_says_what_it_read():
     (lambda q: q.update(deploy_backend="tensorrtt"), "quant.deploy_backend: 'tensorrtt' is not a UP backend "
                                                      "(did you mean 'tensorrt'?)"),
     (lambda q: q.update(quant_typ="qat"), "quant.quant_typ: is not read by UP's quant runner"),
-    (lambda q: q.update(quant_type="ptq"), "quant.quant_type: UP's post-training quantization"),
+    (lambda q: q.update(quant_type="calib_only"), "quant.quant_type: 'calib_only' is not one of qat, ptq (UP)"),
+    (lambda q: q.update(quant_type="ptq", ptq={"round_mode": "learned_sigmoid"}),
+     "quant.ptq.round_mode: UP's round mode 'learned_sigmoid' is not built (learned_hard_sigmoid"),
+    (lambda q: q.update(quant_type="ptq", ptq={"pattern": "net"}), "quant.ptq.pattern: 'net' is not one of layer, block"),
+    (lambda q: q.update(quant_type="ptq", ptq={"prob": 1.5}), "quant.ptq.prob: expected the chance an activation is "
+                                                             "quantized, in [0, 1], got 1.5"),
+    (lambda q: q.update(quant_type="ptq", ptq={"max_count": -1}), "quant.ptq.max_count: expected an integer >= 1"),
+    (lambda q: q.update(quant_type="ptq", ptq={"max_cont": 10}), "quant.ptq.max_cont: is not read by UP's ptq "
+                                                                "reconstruction (did you mean 'max_count'?)"),
+    (lambda q: q.update(quant_type="ptq", tricks={"speical": []}), "quant.tricks.speical: is not read by UP's quant "
+                                                                  "runner (did you mean 'special'?)"),
 ])
 def test_up_quant_names_mapped_or_refused_in_one_line(tmp_path, edit, line):
     with open(os.path.join(UP_FIXTURES, CLS_QAT), encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
+    cfg.pop("num_classes")  # an anchor-only key of the file; written back without its anchor
     edit(cfg["quant"])
     res = invoke(["config", "--config", write_cfg(tmp_path / "q.yaml", cfg)])
     assert res.exit_code == 2 and one_error_line(res), res.stderr
@@ -171,3 +182,21 @@ def test_yolox_parts_take_the_frozen_norm_of_ups_quant_file_in_place_of_every_ba
     # statistics fixed while training, affine buffers with no gradient to learn from
     assert all(torch.equal(mean, m.running_mean) and torch.equal(w, m.weight) for (mean, w), m in zip(before, norms))
     assert not any(p.requires_grad for m in norms for p in m.parameters(recurse=False))
+
+
+PTQ_QDROP = "quant/det/retinanet/retinanet-r50-w2a4-qdrop.yaml"
+
+
+@pytest.mark.slow
+def test_ups_retinanet_w2a4_qdrop_file_dry_runs_calibration_and_reconstruction(up_data, tmp_path):  # noqa: F811
+    """UP's QDrop file (quant_type: ptq, 2-bit weights, 4-bit activations, the stem conv at 8 bits):
+    a dry run calibrates on 2 train batches and reconstructs each block for 2 iterations."""
+    run_dir = tmp_path / "run"
+    res = dry_run(PTQ_QDROP, up_data, run_dir)
+    assert res.exit_code == 0, res.stderr or res.exception
+    assert os.listdir(run_dir) == ["train.log"]
+    log = (run_dir / "train.log").read_text()
+    assert "quant.tricks.special: UP's backbone.layer0.0 is backbone.conv1 here" in log
+    assert "weights int2 asymmetric per-channel, mse" in log and "activations int4 asymmetric per-tensor, ema_mse" in log
+    assert "ptq: qdrop on 2 calibration batch(es)" in log and "(round-to-nearest -> learned rounding)" in log
+    assert "dry run: ptq calibrated on 2 batch(es)" in log and "dry run: ok" in log

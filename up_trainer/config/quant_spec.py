@@ -4,11 +4,14 @@ import here; the quantizers themselves are up_trainer/quant/).
 ::
 
     quant:
-      mode: qat              # qat: fake-quant inserted, trained as a normal run
+      mode: qat              # qat: fake-quant inserted, trained as a normal run; ptq: calibrated and
+                             # its rounding reconstructed from a trained net (quant/reconstruct.py)
       backend: tensorrt      # tensorrt | vitis | academic: the scheme defaults below
       weight: {bits: 8, observer: minmax, fake_quantize: fixed}
       activation: {bits: 8, observer: ema_minmax, fake_quantize: fixed, ema_ratio: 0.9}
       skip: []               # module paths kept in float (e.g. [backbone.conv1])
+      layer_bits: {}         # module path -> bits for its layers (e.g. {backbone.conv1: 8})
+      ptq: {...}             # mode: ptq only: calibration and reconstruction (config/ptq_spec.py)
 
 A backend fixes what its deployment engine can run: ``tensorrt`` symmetric int8, weights per
 output channel, activations per tensor (zero point 0); ``vitis`` (Xilinx DPU) symmetric int8
@@ -22,7 +25,7 @@ from ..errors import ConfigError, did_you_mean, join_path
 MODES = ("qat", "ptq")
 OBSERVERS = ("minmax", "ema_minmax", "mse", "ema_mse")
 FAKE_QUANTIZES = ("fixed", "learnable")
-SECTION_KEYS = ("mode", "backend", "weight", "activation", "skip")
+SECTION_KEYS = ("mode", "backend", "weight", "activation", "skip", "layer_bits", "ptq")
 SCHEME_KEYS = ("bits", "symmetric", "per_channel", "pot_scale", "observer", "fake_quantize", "ema_ratio", "p")
 # written by the resolution itself (each quantizer carries it into the export record); read back as given
 RESOLVED_KEYS = ("backend",)
@@ -103,9 +106,6 @@ def quant_spec(section):
     mode = section.get("mode", "qat")
     if mode not in MODES:
         raise ConfigError("quant.mode", f"{mode!r} is not one of {', '.join(MODES)}")
-    if mode == "ptq":
-        raise ConfigError("quant.mode", "post-training reconstruction (AdaRound, BRECQ, QDrop) is not built",
-                          "train with mode: qat, or quantize the exported ONNX file with up export --int8")
     backend = section.get("backend", "tensorrt")
     if backend not in BACKENDS:
         raise ConfigError("quant.backend", f"{backend!r} is not one of {', '.join(BACKENDS)}",
@@ -115,7 +115,16 @@ def quant_spec(section):
         raise ConfigError("quant.skip", f"expected a list of module paths, got {skip!r}")
     weight, activation = (_scheme(kind, section.get(kind), backend) for kind in ("weight", "activation"))
     weight["backend"] = activation["backend"] = backend  # carried by each quantizer into the export record
-    return {"mode": mode, "backend": backend, "weight": weight, "activation": activation, "skip": list(skip)}
+    from .ptq_spec import layer_bits_spec, ptq_spec  # post-training quantization's settings (quant/reconstruct.py)
+
+    layer_bits = layer_bits_spec(section.get("layer_bits"))
+    for path, bits in layer_bits.items():
+        fixed = BACKENDS[backend]["weight"].get("bits")
+        if fixed is not None and bits != fixed:
+            raise ConfigError(join_path("quant.layer_bits", path), f"backend {backend} runs bits: {fixed}, got {bits}",
+                              "use backend: academic")
+    return {"mode": mode, "backend": backend, "weight": weight, "activation": activation, "skip": list(skip),
+            "layer_bits": layer_bits, "ptq": ptq_spec(section.get("ptq"), mode)}
 
 
 def exports_as_qdq(spec):

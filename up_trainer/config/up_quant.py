@@ -7,6 +7,7 @@ a_fakequantize, w_qscheme, a_qscheme}, leaf_module, extra_quantizer_dict}``; its
 ``ptq``, ``tricks`` and ``resume_quant``. Each name is mapped onto ours or refused by name.
 """
 from ..errors import ConfigError, did_you_mean, join_path
+from .up_ptq import translate_ptq
 
 QUANT_RUNNERS = ("quant", "quant_ptq")
 BACKENDS = {"tensorrt": "tensorrt", "vitis": "vitis", "academic": "academic"}
@@ -35,7 +36,7 @@ def _name(table, value, path, what):
         return table[value]
     if value in PTQ_FAKE_QUANTIZES:
         raise ConfigError(path, f"UP's {value} ({PTQ_FAKE_QUANTIZES[value]}) belongs to post-training "
-                          "reconstruction, which is not built", "FixedFakeQuantize or LearnableFakeQuantize with "
+                          "reconstruction, run by quant_type: ptq", "FixedFakeQuantize or LearnableFakeQuantize with "
                           "quant_type: qat")
     raise ConfigError(path, f"UP's {what} {value!r} is not mapped",
                       did_you_mean(str(value), table) or f"mapped: {', '.join(table)}")
@@ -53,7 +54,7 @@ def _qscheme(value, path):
     return out
 
 
-def _prepare_args(args, native, notes):
+def _prepare_args(args, native, notes, ptq=False):
     if not isinstance(args, dict):
         raise ConfigError("quant.prepare_args", f"expected a mapping, got {type(args).__name__}")
     for key, value in args.items():
@@ -72,6 +73,9 @@ def _prepare_args(args, native, notes):
                 kind = native["weight"] if qkey.startswith("w_") else native["activation"]
                 if qkey.endswith("observer"):
                     kind["observer"] = _name(OBSERVERS, qvalue, qpath, "observer")
+                elif qkey.endswith("fakequantize") and ptq and qvalue in PTQ_FAKE_QUANTIZES:
+                    notes.append(f"{qpath}: {qvalue} read as the post-training reconstruction (quant.ptq) it "
+                                 "belongs to")
                 elif qkey.endswith("fakequantize"):
                     kind["fake_quantize"] = _name(FAKE_QUANTIZES, qvalue, qpath, "fake-quantize")
                 else:
@@ -97,13 +101,7 @@ def translate_quant(cfg, notes):
             raise ConfigError(join_path("quant", key), "is not read by UP's quant runner",
                               did_you_mean(str(key), SECTION_KEYS) or f"known: {', '.join(SECTION_KEYS)}")
     mode = section.get("quant_type", "ptq" if runner == "quant_ptq" else "qat")
-    if mode == "ptq" or runner == "quant_ptq":
-        algorithm = "QDrop" if (section.get("ptq") or {}).get("prob", 1.0) < 1.0 else \
-            {"block": "BRECQ", "layer": "AdaRound"}.get((section.get("ptq") or {}).get("pattern"), "AdaRound")
-        raise ConfigError("quant.quant_type", f"UP's post-training quantization ({algorithm} block reconstruction "
-                          "on calibration batches) is not built", "quant_type: qat trains the fake-quant model; up "
-                          "export --int8 quantizes an ONNX file after training")
-    if mode != "qat":
+    if mode not in ("qat", "ptq"):
         raise ConfigError("quant.quant_type", f"{mode!r} is not one of qat, ptq (UP)")
     backend = section.get("deploy_backend", "tensorrt")
     if backend in OTHER_BACKENDS:
@@ -112,19 +110,22 @@ def translate_quant(cfg, notes):
     if backend not in BACKENDS:
         raise ConfigError("quant.deploy_backend", f"{backend!r} is not a UP backend",
                           did_you_mean(str(backend), BACKENDS) or f"mapped: {', '.join(BACKENDS)}")
-    native = {"mode": "qat", "backend": BACKENDS[backend], "weight": {}, "activation": {}}
-    _prepare_args(section.get("prepare_args") or {}, native, notes)
-    if "cali_batch_size" in section:
-        notes.append("quant.cali_batch_size: recorded (QAT observes ranges on every training batch from the first; "
-                     "there is no separate calibration pass)")
-    for key in ("resume_quant", "ptq", "tricks"):
-        if key in section:
-            notes.append(f"quant.{key}: recorded (read by UP's post-training quantization only)")
+    native = {"mode": mode, "backend": BACKENDS[backend], "weight": {}, "activation": {}}
+    _prepare_args(section.get("prepare_args") or {}, native, notes, ptq=mode == "ptq")
+    if mode == "ptq":
+        translate_ptq(cfg, section, native, notes)  # config/up_ptq.py
+    else:
+        if "cali_batch_size" in section:
+            notes.append("quant.cali_batch_size: recorded (QAT observes ranges on every training batch from the "
+                         "first; there is no separate calibration pass)")
+        for key in ("resume_quant", "ptq", "tricks"):
+            if key in section:
+                notes.append(f"quant.{key}: recorded (read by UP's post-training quantization only)")
     saver = cfg.get("saver")
     if isinstance(saver, dict) and saver.get("resume_model") and not saver.get("pretrain_model"):
         # UP's quant runner loads a float checkpoint named here as weights, then quantizes
         saver["pretrain_model"] = saver.pop("resume_model")
-        notes.append("saver.resume_model: read as pretrain_model (UP's quant runner starts QAT from the float "
+        notes.append("saver.resume_model: read as pretrain_model (UP's quant runner starts QAT or PTQ from the float "
                      "weights it names); a QAT run resumes with --resume or saver.auto_resume")
     cfg["quant"] = native
     notes.append(f"runtime.runner: {runner}: quant read as the native quant section (docs/up/quant.rst)")

@@ -61,7 +61,14 @@ def dry_run(trainer, work_dir=None, resume=None, train_iters=TRAIN_ITERS, eval_b
     report_weights(trainer.cfg, work_dir, resume)
     log.info("hook order per event (built, not run in a dry run):\n%s", trainer.hooks.order_table())
     trainer.hooks = HookList()
-    if trainer.optim is not None:
+    if trainer.optim is not None and (trainer.cfg.get("quant") or {}).get("mode") == "ptq":
+        from ..quant.ptq_run import run_ptq  # post-training quantization: calibration and reconstruction, shortened
+
+        run_ptq(trainer, iterations=train_iters, batch_count=train_iters, evaluate=False, save=False,
+                max_units=train_iters)
+        log.info("dry run: ptq calibrated on %d batch(es), %d reconstruction iteration(s) on each of the first %d "
+                 "units", train_iters, train_iters, train_iters)
+    elif trainer.optim is not None:
         _train(trainer, train_iters)
     if trainer.evaluator is not None:
         _evaluate(trainer, eval_batches)

@@ -28,6 +28,7 @@ def quantize_model(model, spec):
             raise ConfigError(join_path("quant.skip", i), f"the net has no module {path!r}",
                               did_you_mean(path, [n for n in names if n]) or None)
     skipped = tuple(spec["skip"])
+    layer_bits = _layer_bits(spec, names)
     wrapped, other = [], 0
     for path, module in names.items():
         if any(path == s or path.startswith(s + ".") for s in skipped):
@@ -37,10 +38,11 @@ def quantize_model(model, spec):
             other += isinstance(module, (nn.Conv2d, nn.Linear))
             continue
         channels = module.weight.shape[0]
+        bits = next((b for prefix, b in layer_bits if path == prefix or path.startswith(prefix + ".")), None)
+        activation, weight = ((s if bits is None else dict(s, bits=bits)) for s in (spec["activation"], spec["weight"]))
         module.__class__ = quant_class
-        module.add_module("input_quant", FakeQuantizer(spec["activation"], device=module.weight.device))
-        module.add_module("weight_quant", FakeQuantizer(spec["weight"], channels, is_weight=True,
-                                                        device=module.weight.device))
+        module.add_module("input_quant", FakeQuantizer(activation, device=module.weight.device))
+        module.add_module("weight_quant", FakeQuantizer(weight, channels, is_weight=True, device=module.weight.device))
         wrapped.append(path)
     if not wrapped:
         raise ConfigError("quant", "the net has no nn.Conv2d or nn.Linear layer to quantize")
@@ -48,6 +50,15 @@ def quantize_model(model, spec):
              spec["backend"], describe(spec["weight"]), describe(spec["activation"]),
              f"; {other} subclassed layers left in float" if other else "")
     return wrapped
+
+
+def _layer_bits(spec, names):
+    """``quant.layer_bits`` as (module path, bits), checked against the net."""
+    for path in spec.get("layer_bits", {}):
+        if path not in names:
+            raise ConfigError(join_path("quant.layer_bits", path), f"the net has no module {path!r}",
+                              did_you_mean(path, [n for n in names if n]) or None)
+    return list(spec.get("layer_bits", {}).items())
 
 
 def describe(scheme):
