@@ -105,7 +105,7 @@ def read_head(opts, planes):
 
 
 def _rep_model_class():
-    from ..det.atss import RetinaPlusModel
+    from ..det.anchor_model import RetinaPlusModel
     from ..det.yolov6 import fuse_rep_blocks
 
     class RepRetinaPlusModel(RetinaPlusModel):
