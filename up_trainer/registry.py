@@ -244,6 +244,7 @@ MODELS = Registry("model", ["up_trainer.tasks.cls.models", "up_trainer.tasks.det
                              "up_trainer.tasks.det.yolov5",
                              "up_trainer.tasks.det.fcos",
                              "up_trainer.tasks.det.onenet",
+                             "up_trainer.tasks.det.yolov6",
                              "up_trainer.tasks.det.rcnn"])
 DATASETS = Registry("dataset", ["up_trainer.tasks.cls.datasets", "up_trainer.tasks.det.datasets",
                                 "up_trainer.tasks.det.digits_det", "up_trainer.tasks.det.format_datasets",

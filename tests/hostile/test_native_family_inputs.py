@@ -1,4 +1,4 @@
-"""Bad kwargs of the native net types of the families UP's files reach (yolov5, up_fcos, onenet,
+"""Bad kwargs of the native net types of the families UP's files reach (yolov5, yolov6, up_fcos, onenet,
 faster_rcnn_c4, rfcn, cascade_rcnn): ``up config`` stops in one line naming the kwarg, exit 2,
 before any data is read."""
 import os
@@ -9,7 +9,7 @@ import yaml
 from conftest import REPO, invoke
 from hostile_helpers import assert_one_line, write_yaml
 
-CONFIGS = {"yolov5": "digits_yolov5", "up_fcos": "digits_up_fcos", "onenet": "digits_onenet",
+CONFIGS = {"yolov5": "digits_yolov5", "yolov6": "digits_yolov6", "up_fcos": "digits_up_fcos", "onenet": "digits_onenet",
            "cascade_rcnn": "digits_cascade_rcnn"}
 
 
@@ -30,6 +30,12 @@ def config_with(tmp_path, net_type, **kwargs):
     ("yolov5", {"anchors": [[10, 13], [16, -30]]}, ["net.kwargs.anchors: expected 9 [w, h] pairs"]),
     ("yolov5", {"act": "tanh"}, ["net.kwargs.act: 'tanh' is not one of hardswish, relu, silu, leakyrelu"]),
     ("yolov5", {"loss_weights": [1, 2]}, ["net.kwargs.loss_weights: expected three numbers"]),
+    ("yolov6", {"depth_multiple": "deep"}, ["net.kwargs.depth_multiple: expected float/int, got str"]),
+    ("yolov6", {"neck_base_channels": [256, 128, 128]}, ["net.kwargs.neck_base_channels: expected 6 integers"]),
+    ("yolov6", {"anchor_scales": [3, -4]}, ["net.kwargs.anchor_scales: expected a non-empty list of positive"]),
+    ("yolov6", {"head_act": "gelu"}, ["net.kwargs.head_act: 'gelu' is not one of relu, silu"]),
+    ("yolov6", {"predictor": "soft_nms"}, ["net.kwargs.predictor: 'soft_nms' is not one of base, base_multicls"]),
+    ("yolov6", {"top_k": 0}, ["net.kwargs.top_k: must be an integer in [1, 1000], got 0"]),
     ("up_fcos", {"loc_ranges": [[-1, 16]]}, ["net.kwargs.loc_ranges: expected 2 [low, high] pairs"]),
     ("up_fcos", {"head_norm": "ln"}, ["net.kwargs.head_norm: 'ln' is not one of none, gn, bn"]),
     ("up_fcos", {"head_channels": 48, "head_norm": "gn"}, ["net.kwargs.head_channels: 48: head_norm gn"]),

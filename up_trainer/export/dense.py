@@ -197,7 +197,7 @@ class AtssDense(_Dense):
 
     def __init__(self, model, height, width, dynamic=False):
         super().__init__()
-        from ..tasks.det.atss.postprocess import SMALL_LEVEL
+        from ..tasks.det.anchor_predict import SMALL_LEVEL
 
         self.model, self.dynamic = model, dynamic
         pred = model.predictor
@@ -217,7 +217,7 @@ class AtssDense(_Dense):
         self.weights, self.clip = pred.box_coder.weights, pred.box_coder.bbox_xform_clip
 
     def levels(self, image):
-        from ..tasks.det.atss.postprocess import flatten_outputs
+        from ..tasks.det.anchor_predict import flatten_outputs
 
         m = self.model
         x = image if m.image_mean is None else (image - m.image_mean) / m.image_std  # its own normalisation

@@ -1,4 +1,4 @@
-"""The detection families that UP's files reach have native net types too (yolov5, up_fcos,
+"""The detection families that UP's files reach have native net types too (yolov5, yolov6, up_fcos,
 onenet, cascade_rcnn / faster_rcnn_c4 / rfcn): their digits configs resolve and dry-run, a
 native entry and the UP file it matches build the same parts (UP translation only maps kwargs
 onto the native builder), and a bad native kwarg is one line naming it."""
@@ -15,7 +15,7 @@ from up_trainer.registry import MODELS
 from up_trainer.tasks.net import build_model
 from conftest import REPO, UP_FIXTURES  # noqa: E402
 
-CONFIGS = ["digits_yolov5", "digits_up_fcos", "digits_onenet", "digits_cascade_rcnn"]
+CONFIGS = ["digits_yolov5", "digits_yolov6", "digits_up_fcos", "digits_onenet", "digits_cascade_rcnn"]
 TINY = ["dataset.train.kwargs.num_images=4", "dataset.test.kwargs.num_images=2", "dataset.batch_size=2",
         "dataset.test_batch_size=2"]
 
@@ -56,6 +56,24 @@ def test_yolov5_up_file_and_native_entry_build_the_same_net():
     assert from_up.predictor_kwargs == {**native.predictor_kwargs, "nms_thresh": from_up.predictor_kwargs["nms_thresh"]}
     bn = [m for m in from_up.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert bn and all((m.eps, m.momentum) == (1e-3, 0.03) for m in bn)  # yolov5_init through the native kwarg
+
+
+def settings(part, *drop):
+    """A criterion's or predictor's settings (its box coder and assigner compared apart)."""
+    return {k: v for k, v in vars(part).items() if k not in ("box_coder", "assigner", *drop)}
+
+
+@pytest.mark.parametrize("size, kwargs", [("n", {"width_multiple": 0.25}),
+                                          ("s", {"width_multiple": 0.5, "top_k": 18})])
+def test_yolov6_up_files_and_native_entry_build_the_same_net(size, kwargs):
+    from_up = build_model(up_file_net(f"yolov6/yolox_v6{size}_ret_a2_comloc_400e_640x640.yaml"))  # real: anchors read
+    native = build_model({"type": "yolov6", "kwargs": {"num_classes": 80, "nms_thresh": 0.65, **kwargs}})
+    assert type(from_up) is type(native) and shapes(from_up) == shapes(native)
+    assert settings(from_up.criterion) == settings(native.criterion)
+    assert vars(from_up.criterion.assigner) == vars(native.criterion.assigner)
+    assert settings(from_up.predictor) == settings(native.predictor)
+    assert [c.tolist() for c in from_up.cell_anchors] == [c.tolist() for c in native.cell_anchors]
+    assert (from_up.class_first, from_up.strides) == (native.class_first, native.strides)
 
 
 def test_up_fcos_and_onenet_heads_match_their_up_files():
@@ -107,6 +125,7 @@ def test_two_stage_up_files_and_native_entries_build_the_same_stages(rel, entry)
     ({"type": "yolov5", "kwargs": {"anchors_per_level": 2}}, "net.kwargs.anchors: required when anchors_per_level"),
     ({"type": "yolov5", "kwargs": {"act": "gelu"}}, "net.kwargs.act: 'gelu' is not one of hardswish"),
     ({"type": "up_fcos", "kwargs": {"extra_levels": 1}}, "net.kwargs.loc_ranges: required for 4 pyramid levels"),
+    ({"type": "yolov6", "kwargs": {"width_multiple": 0}}, "net.kwargs.width_multiple: must be a number in (0, 16]"),
     ({"type": "onenet", "kwargs": {"cls_loss": "ce"}}, "net.kwargs.cls_loss: 'ce' is not one of qfl, focal"),
     ({"type": "faster_rcnn_c4", "kwargs": {"pool_size": 9}}, "net.kwargs.pool_size: expected 7 or 14, got 9"),
     ({"type": "cascade_rcnn", "kwargs": {"stage_fg_iou": [0.5, 0.6]}},

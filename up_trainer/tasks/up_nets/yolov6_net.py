@@ -1,7 +1,7 @@
 """UP's YOLOv6 files (``configs/det/yolov6/yolox_v6{n,t,s}_ret_a2_comloc_400e_640x640*.yaml``):
 ``EfficientRep`` + ``RepPANNeck`` + ``Effidehead`` + ``retina_post_iou`` ->
-:class:`up_trainer.tasks.det.atss.RetinaPlusModel` on the parts of
-:mod:`up_trainer.tasks.det.yolov6`, the post-process read as UP's improved RetinaNet's
+:class:`up_trainer.tasks.det.yolov6.RepRetinaPlusModel` (what the native ``yolov6`` entry builds)
+on the parts of :mod:`up_trainer.tasks.det.yolov6`, the post-process read as UP's improved RetinaNet's
 (:mod:`.atss_net`), as for the YOLOX parts under it (:mod:`.yolox_retina_net`):
 
 - the head's ``anchors`` per grid point must equal ``anchor_ratios`` x ``anchor_scales``; its
@@ -104,22 +104,6 @@ def read_head(opts, planes):
     return head, num_classes, norm
 
 
-def _rep_model_class():
-    from ..det.atss import RetinaPlusModel
-    from ..det.yolov6 import fuse_rep_blocks
-
-    class RepRetinaPlusModel(RetinaPlusModel):
-        """The ATSS RetinaNet on YOLOv6's parts; :meth:`fuse_for_inference` turns its RepVGG
-        blocks into single convolutions (what predict and export run)."""
-
-        def fuse_for_inference(self):
-            if self.training:
-                raise RuntimeError("fuse_for_inference needs eval mode (the BatchNorms' running statistics)")
-            return fuse_rep_blocks(self)
-
-    return RepRetinaPlusModel
-
-
 def build_yolov6_net(net_cfg, path):
     opts = entry_options(net_cfg, path)
     backbone, sizes, bb_norm = read_backbone(opts[0])
@@ -129,8 +113,10 @@ def build_yolov6_net(net_cfg, path):
         if norm.sync != bb_norm.sync:
             raise ConfigError(norm.path, "differs from the backbone's normalize in sync_bn",
                               "one batch-norm kind (solo_bn or sync_bn) serves the whole YOLOv6 net")
+    from ..det.yolov6 import RepRetinaPlusModel
+
     model = retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes, list(backbone.out_strides),
-                                 "anchors", _rep_model_class())
+                                 "anchors", RepRetinaPlusModel)
     model.num_classes_path = join_path(join_path(path, 2), "kwargs.num_classes")
     model.sync_bn_group_size = bb_norm.sync
     model.up_part_names = [e["name"] for e in net_cfg]

@@ -41,7 +41,10 @@ def retina_plus_on_parts(net_cfg, opts, path, backbone, neck, head, num_classes,
     """The ATSS RetinaNet (``model_class``, default RetinaPlusModel) on a YOLO family's
     backbone, neck and anchored head, with entry 3's ``retina_post_iou`` as its post-process and
     0-255 input; ``anchors_key``: the head kwarg that says its anchors per point."""
-    from ..det.atss import RetinaPlusCriterion, RetinaPlusModel, RetinaPlusPredictor, box_coder
+    from ..det.anchor_losses import RetinaPlusCriterion
+    from ..det.anchor_model import RetinaPlusModel
+    from ..det.anchor_predict import RetinaPlusPredictor
+    from ..det.box_ops import box_coder
     from .det_parts import up_cell_anchors
 
     post = read_post(net_cfg[3]["type"], opts[3], num_classes, True, join_path(join_path(path, 3), "type"))

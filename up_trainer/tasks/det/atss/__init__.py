@@ -15,14 +15,14 @@ from torch import nn
 
 from ....errors import ConfigError
 from ....registry import MODELS
-from .assigner import NEGATIVE, ATSSAssigner
+from ..anchor_assign import NEGATIVE, ATSSAssigner
 from ..anchor_head import RetinaPlusHead
 from ..box_ops import box_coder, paired_iou
 from .efl import EqualizedFocalLoss
-from .losses import LOSS_KEYS, RetinaPlusCriterion, quality_focal_loss
+from ..anchor_losses import LOSS_KEYS, RetinaPlusCriterion, quality_focal_loss
 from ..anchor_model import RetinaPlusModel
 from .ota import RetinaSimOTAAssigner
-from .postprocess import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
+from ..anchor_predict import PREDICTORS, RetinaPlusPredictor, flatten_outputs, grid_anchors
 
 __all__ = ["ATSSAssigner", "EqualizedFocalLoss", "LOSS_KEYS", "NEGATIVE", "PREDICTORS", "RetinaPlusCriterion", "RetinaPlusHead",
            "RetinaPlusModel", "RetinaPlusPredictor", "RetinaSimOTAAssigner", "atss", "box_coder",

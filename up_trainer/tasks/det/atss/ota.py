@@ -12,7 +12,7 @@ import torch
 from torchvision.ops import box_convert
 
 from ..simota import SimOTAAssigner
-from .assigner import NEGATIVE
+from ..anchor_assign import NEGATIVE
 
 
 class RetinaSimOTAAssigner:
