@@ -41,7 +41,26 @@ def _per_level_tower(num_conv, num_levels, in_ch, ch, norm, share_convs=True):
                          for _ in range(num_levels))
 
 
-class RetinaPlusHead(nn.Module):
+class FocalHeadInit:
+    """The dense heads' initialisation (RetinaPlusHead, BigNAS's head): ``cls_subnet_pred``'s
+    bias at the focal prior."""
+
+    def init_weights(self, std=0.01, prior=0.01):
+        """Convs N(0, std) with zero bias, norms (1, 0), the class bias at the prior (focal init)."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                nn.init.ones_(m.weight), nn.init.zeros_(m.bias)
+        self.init_prior(prior)
+
+    def init_prior(self, prior):
+        nn.init.constant_(self.cls_subnet_pred.bias, -math.log((1 - prior) / prior))
+
+
+class RetinaPlusHead(FocalHeadInit, nn.Module):
     """forward(features) -> per level (cls [N, A*C, H, W], loc [N, A*4, H, W][, iou [N, A, H, W]]).
 
     ``num_classes``: foreground classes (sigmoid, no background channel). ``norm``: a factory
@@ -68,20 +87,6 @@ class RetinaPlusHead(nn.Module):
         if iou_branch:
             self.iou_pred = nn.Conv2d(feat_channels, num_anchors, 3, 1, 1)
         self.init_weights(0.01, prior)
-
-    def init_weights(self, std=0.01, prior=0.01):
-        """Convs N(0, std) with zero bias, norms (1, 0), the class bias at the prior (focal init)."""
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(m.weight), nn.init.zeros_(m.bias)
-        self.init_prior(prior)
-
-    def init_prior(self, prior):
-        nn.init.constant_(self.cls_subnet_pred.bias, -math.log((1 - prior) / prior))
 
     def forward(self, features):
         if len(features) != self.num_levels:

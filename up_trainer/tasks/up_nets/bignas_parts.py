@@ -14,11 +14,12 @@ name and a supernet checkpoint slices onto them (:mod:`.bignas_weights`).
 - head: cls / box towers whose convs are shared by all levels, a norm per level after each
   (``mlvl_heads[level][i] = (conv, norm, relu)``), then 3x3 prediction convs.
 """
-import math
 from collections import OrderedDict
 
 import torch.nn.functional as F
 from torch import nn
+
+from ..det.anchor_head import FocalHeadInit
 
 
 def make_divisible(value, divisor=8):
@@ -170,7 +171,7 @@ class Tower(nn.Module):
         return self.mlvl_heads[level](x)
 
 
-class BigNASRetinaHead(nn.Module):
+class BigNASRetinaHead(FocalHeadInit, nn.Module):
     """forward(list of maps) -> per level (cls [N, A*C, H, W], loc [N, A*4, H, W])."""
 
     def __init__(self, cin, num_classes, num_anchors, levels, kernel, cls_tower, box_tower, norm, prior=0.01):
@@ -183,17 +184,6 @@ class BigNASRetinaHead(nn.Module):
         self.cls_subnet_pred = nn.Conv2d(cls_ch, num_anchors * num_classes, 3, 1, 1)
         self.box_subnet_pred = nn.Conv2d(box_ch, num_anchors * 4, 3, 1, 1)
         self.init_weights(0.01, prior)
-
-    def init_weights(self, std=0.01, prior=0.01):
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.normal_(m.weight, std=std)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-        self.init_prior(prior)
-
-    def init_prior(self, prior):
-        nn.init.constant_(self.cls_subnet_pred.bias, -math.log((1 - prior) / prior))
 
     def forward(self, features):
         if len(features) != self.num_levels:
