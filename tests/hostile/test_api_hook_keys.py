@@ -59,3 +59,19 @@ def test_named_objects_reordered_on_resume_get_their_own_state(tmp_path):
                      resume=work / "checkpoints" / "ckpt_latest.pth")
     assert (a.loaded_from, b.loaded_from) == ("a", "b")
     assert a.total > saved["tally_a"]["total"] and b.total == 100 * a.total  # each resumed its own count
+
+
+class SkipsBaseInit(up_trainer.Hook):
+    """A user's hook whose __init__ never calls super().__init__(): it keeps no name of its own."""
+
+    def __init__(self):
+        self.updates = 0
+
+    def after_update(self, trainer, it):
+        self.updates += 1
+
+
+def test_an_object_that_skips_the_base_init_is_keyed_by_its_class(tmp_path):
+    hook = SkipsBaseInit()
+    up_trainer.train(fast_cfg(), work_dir=tmp_path / "run", hooks=[hook])
+    assert hook.updates > 0

@@ -80,6 +80,9 @@ class Hook:
     priority = "NORMAL"
     allow_multiple = False
     lock_outputs = False  # whether `up train` locks this hook's output_dirs for the run (run_lock.py)
+    # Class-level too: a user's subclass whose __init__ skips super().__init__() still has them.
+    name = None
+    type_name = None
 
     def __init__(self):
         self.name = None  # set by HookList: the state key (the entry's name:, else the registry type)
